@@ -1,0 +1,52 @@
+# One entry point for people and CI. Every target works on a fresh machine: when no virtual
+# environment is active it creates .venv and installs userdp with its dev extras into it.
+ifdef VIRTUAL_ENV
+PY := python
+STAMP := .venv-active.stamp
+else
+PY := .venv/bin/python
+STAMP := .venv/.installed.stamp
+endif
+
+.PHONY: help setup test audit lint typecheck check bench demo clean
+
+help:
+	@echo "make test      - set up (if needed) and run the default test suite"
+	@echo "make audit     - privacy audits with 10^6 samples per side (slow)"
+	@echo "make check     - ruff lint + format check + mypy"
+	@echo "make bench     - sampler throughput benchmark"
+	@echo "make demo      - set up (if needed) and run the demo release"
+
+$(STAMP): pyproject.toml
+ifndef VIRTUAL_ENV
+	python3 -m venv .venv
+endif
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+audit: $(STAMP)
+	$(PY) -m pytest -q -m slow_audit tests/audit
+
+lint: $(STAMP)
+	$(PY) -m ruff check transforms pipelines tests benchmarks
+	$(PY) -m ruff format --check transforms pipelines tests benchmarks
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+check: lint typecheck
+
+bench: $(STAMP)
+	$(PY) benchmarks/samplers.py
+
+demo: $(STAMP)
+	$(PY) -m pipelines.demo
+
+clean:
+	rm -rf .venv .venv-active.stamp .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""userdp job layer: configuration, planning, I/O, runners and the command line."""

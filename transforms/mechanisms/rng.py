@@ -1,0 +1,175 @@
+"""Keyed, deterministic, cryptographically strong randomness for noise.
+
+Every noisy value userdp releases is drawn from a :class:`KeyedRng` built from the release secret
+(32 bytes from :mod:`secrets`, held by the launcher and the ledger) and a *label* naming what the
+draw is for, e.g. ``("visits_per_domain", "example.com", "noise")``.
+
+Construction (a standard PRF-in-counter-mode stream):
+
+* subkey = HMAC-SHA256(secret, ``b"userdp.rng.v1"`` ‖ encode(label)), where ``encode`` writes every
+  label part with a type tag and a length prefix, so distinct labels never encode alike;
+* block i = SHAKE-256(subkey ‖ uint64_be(i)), of 128·2^min(i, 5) bytes (small first blocks keep a
+  one-draw stream cheap, later ones amortise the hashing), concatenated into one byte stream.
+
+Consequences the pipeline relies on:
+
+* Same secret and label ⇒ the same stream. A Beam retry, or a re-run of the same release, re-draws
+  exactly the same noise, so no two different noisy answers to one question can ever be published
+  (averaging them would shrink the noise).
+* Different labels ⇒ computationally independent streams (HMAC-SHA256 is a PRF, SHAKE-256 an XOF),
+  so releases for different partitions or queries can be drawn on different workers in any order.
+* Nothing here uses :mod:`random` or :mod:`numpy.random`; an attacker who does not hold the secret
+  cannot predict or reproduce a draw.
+
+Only integers and bits are produced here. The exact samplers in :mod:`.discrete` build every
+distribution from :meth:`KeyedRng.randbelow` and :meth:`KeyedRng.randbits`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+SECRET_BYTES = 32
+_DOMAIN = b"userdp.rng.v1"
+_FIRST_BLOCK = 128
+_MAX_BLOCK_DOUBLINGS = 5
+
+LabelPart = str | int | bytes
+
+
+def new_release_secret() -> bytes:
+    """A fresh 32-byte release secret from the operating system's CSPRNG."""
+    return secrets.token_bytes(SECRET_BYTES)
+
+
+def encode_label(label: tuple[LabelPart, ...]) -> bytes:
+    """Injective encoding of a label: a type tag and a length prefix for every part.
+
+    Only ``str``, ``int`` and ``bytes`` parts are accepted (``bool`` and ``float`` are refused):
+    a float partition key such as ``1.0`` must be canonicalised by the caller first, otherwise
+    ``1``, ``1.0`` and ``"1"`` could silently name one stream or three.
+    """
+    out = bytearray()
+    for part in label:
+        if isinstance(part, bool) or not isinstance(part, (str, int, bytes)):
+            raise TypeError(
+                f"label parts must be str, int or bytes; got {type(part).__name__} {part!r}. "
+                "Canonicalise keys before using them in a noise label."
+            )
+        if isinstance(part, str):
+            tag, raw = b"s", part.encode("utf-8")
+        elif isinstance(part, int):
+            tag, raw = b"i", str(part).encode("ascii")
+        else:
+            tag, raw = b"b", part
+        out += tag + len(raw).to_bytes(8, "big") + raw
+    return bytes(out)
+
+
+class KeyedRng:
+    """A deterministic byte stream keyed by (release secret, label); see the module docstring.
+
+    Args:
+      secret: the release secret, exactly 32 bytes.
+      *label: what the stream is for; parts are ``str``, ``int`` or ``bytes``.
+    """
+
+    __slots__ = ("_buf", "_counter", "_label", "_pos", "_subkey")
+
+    def __init__(self, secret: bytes, *label: LabelPart) -> None:
+        if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
+            raise ValueError(
+                f"release secret must be {SECRET_BYTES} bytes, got "
+                f"{len(secret) if isinstance(secret, bytes) else type(secret).__name__}; "
+                "create one with new_release_secret()."
+            )
+        self._label = tuple(label)
+        self._subkey = hmac.new(secret, _DOMAIN + encode_label(self._label), "sha256").digest()
+        self._counter = 0
+        self._buf = b""
+        self._pos = 0
+
+    @property
+    def label(self) -> tuple[LabelPart, ...]:
+        return self._label
+
+    def __repr__(self) -> str:  # never shows key material
+        return f"KeyedRng(label={self._label!r})"
+
+    def _refill(self) -> None:
+        size = _FIRST_BLOCK << min(self._counter, _MAX_BLOCK_DOUBLINGS)
+        block = hashlib.shake_256(self._subkey + self._counter.to_bytes(8, "big")).digest(size)
+        self._counter += 1
+        self._buf = self._buf[self._pos :] + block
+        self._pos = 0
+
+    def read(self, n: int) -> bytes:
+        """The next ``n`` bytes of the stream."""
+        if n < 0:
+            raise ValueError(f"cannot read a negative number of bytes: {n}")
+        while len(self._buf) - self._pos < n:
+            self._refill()
+        out = self._buf[self._pos : self._pos + n]
+        self._pos += n
+        return out
+
+    def randbits(self, k: int) -> int:
+        """A uniform integer in [0, 2**k)."""
+        if k <= 0:
+            if k == 0:
+                return 0
+            raise ValueError(f"number of bits must be non-negative, got {k}")
+        nbytes = (k + 7) >> 3
+        pos = self._pos
+        if len(self._buf) - pos < nbytes:
+            self._refill()
+            pos = 0
+        self._pos = pos + nbytes
+        return int.from_bytes(self._buf[pos : pos + nbytes], "big") >> ((nbytes << 3) - k)
+
+    def randbelow(self, n: int) -> int:
+        """A uniform integer in [0, n), exact (rejection sampling on ⌈log2 n⌉ bits)."""
+        if n <= 0:
+            raise ValueError(f"randbelow needs a positive bound, got {n}")
+        k = (n - 1).bit_length()
+        while True:
+            r = self.randbits(k)
+            if r < n:
+                return r
+
+    def uniform_open01(self) -> float:
+        """A float in the open interval (0, 1): (m + 1/2) / 2**53 for a uniform 53-bit m.
+
+        Used only by the heavy-tailed continuous samplers, whose docstrings state the
+        floating-point risk; the exact samplers never touch floats.
+        """
+        return (self.randbits(53) + 0.5) * (1.0 / (1 << 53))
+
+
+class ReleaseKey:
+    """The release secret, as a factory of labelled streams: ``key.rng("q1", "example.com")``.
+
+    Pipelines carry a ``ReleaseKey`` (it pickles with the secret, so only trusted workers may hold
+    it) and derive one stream per (query, partition, purpose); streams never derive one another.
+    """
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret: bytes) -> None:
+        KeyedRng(secret)  # validates length and type with the same message
+        self._secret = secret
+
+    @classmethod
+    def generate(cls) -> ReleaseKey:
+        return cls(new_release_secret())
+
+    def rng(self, *label: LabelPart) -> KeyedRng:
+        return KeyedRng(self._secret, *label)
+
+    def __repr__(self) -> str:  # never shows the secret
+        return "ReleaseKey(<secret>)"
+
+    def __reduce__(self) -> tuple[type[ReleaseKey], tuple[bytes]]:
+        return (ReleaseKey, (self._secret,))
