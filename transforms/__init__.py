@@ -1,1 +1,1 @@
-"""userdp transforms: Beam PTransforms over the pure mechanisms core in ``transforms.mechanisms``."""
+"""userdp transforms: Beam PTransforms over the pure core in ``transforms.mechanisms``."""

@@ -17,6 +17,7 @@ benchmark target (≥ 10^5 discrete Laplace draws per second on one core) leaves
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from math import isqrt
 
@@ -29,7 +30,7 @@ def as_fraction(x: Rational, name: str) -> Fraction:
     """``x`` as an exact Fraction; refuses NaN, infinities and booleans, naming the parameter."""
     if isinstance(x, bool):
         raise TypeError(f"{name} must be a number, got bool {x!r}")
-    if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+    if isinstance(x, float) and not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {x!r}")
     if not isinstance(x, (int, Fraction, float)):
         raise TypeError(f"{name} must be int, Fraction or float, got {type(x).__name__}")
