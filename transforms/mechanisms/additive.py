@@ -60,7 +60,10 @@ def _round_to_grid(x: float, k: int) -> int:
 
 def _noisy(value: float, k: int, noise: int) -> float:
     """(round(value/2^k) + noise)·2^k as a float: post-processing of an exact integer."""
-    return math.ldexp(float(_round_to_grid(value, k) + noise), k)
+    n = _round_to_grid(value, k) + noise
+    if k < 0 and abs(n) >= 1 << 53:
+        return n / (1 << -k)  # correctly rounded int division; float(n) could overflow
+    return math.ldexp(float(n), k)
 
 
 def _check_scalar(dimension: int) -> None:
@@ -120,8 +123,8 @@ class LaplaceMechanism:
     @property
     def std(self) -> float:
         """Standard deviation of the noise on one coordinate (≈ √2·b)."""
-        q = math.exp(-1.0 / float(self._grid_scale))
-        return math.sqrt(2.0 * q) / (1.0 - q) * self.granularity
+        rate = 1.0 / float(self._grid_scale)  # Var = 2q/(1−q)², q = e^−rate; expm1 avoids
+        return math.sqrt(2.0 * math.exp(-rate)) / -math.expm1(-rate) * self.granularity
 
     def release(self, value: float, rng: KeyedRng) -> float:
         _check_scalar(self.dimension)

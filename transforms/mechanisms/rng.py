@@ -18,8 +18,8 @@ Consequences the pipeline relies on:
   (averaging them would shrink the noise).
 * Different labels ⇒ computationally independent streams (HMAC-SHA256 is a PRF, SHAKE-256 an XOF),
   so releases for different partitions or queries can be drawn on different workers in any order.
-* Nothing here uses :mod:`random` or :mod:`numpy.random`; an attacker who does not hold the secret
-  cannot predict or reproduce a draw.
+* Neither the standard library's nor NumPy's pseudo-random generators are used; an attacker who
+  does not hold the secret cannot predict or reproduce a draw.
 
 Only integers and bits are produced here. The exact samplers in :mod:`.discrete` build every
 distribution from :meth:`KeyedRng.randbelow` and :meth:`KeyedRng.randbits`.

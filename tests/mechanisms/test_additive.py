@@ -1,0 +1,131 @@
+"""Grid Laplace and Gaussian mechanisms: exact grid arithmetic, noise distribution, misuse."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET, ks_pvalue
+from transforms.mechanisms.additive import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    gaussian_mechanism,
+    granularity_exponent,
+    laplace_mechanism,
+)
+from transforms.mechanisms.rng import KeyedRng
+
+CONTROLS = (0.7, 1.3)
+
+
+@pytest.mark.parametrize(
+    ("scale", "k"),
+    [(1.0, -40), (1.5, -39), (0.75, -40), (2.0**-3, -43), (1e6, -20), (3.0 * 2**50, 12)],
+)
+def test_granularity_is_the_smallest_power_of_two_above_scale_times_2_pow_minus_40(
+    scale: float, k: int
+) -> None:
+    assert granularity_exponent(scale) == k
+    assert 2.0**k >= scale * 2.0**-40 > 2.0 ** (k - 1)
+
+
+def test_laplace_scale_is_inflated_by_one_grid_step() -> None:
+    mech = LaplaceMechanism(l1_sensitivity=3.0, epsilon=0.5)
+    g = mech.granularity
+    assert mech.scale == pytest.approx((3.0 + g) / 0.5, rel=1e-15)
+    assert mech.scale > 3.0 / 0.5
+    vec = LaplaceMechanism(l1_sensitivity=3.0, epsilon=0.5, dimension=4)
+    assert vec.scale == pytest.approx((3.0 + 4 * vec.granularity) / 0.5, rel=1e-15)
+
+
+def test_gaussian_sigma_is_inflated_by_sqrt_d_grid_steps() -> None:
+    mech = GaussianMechanism(l2_sensitivity=2.0, rho=0.125, dimension=5)
+    g = mech.granularity
+    expected = (2.0 + 3 * g) / math.sqrt(2 * 0.125)  # ⌈√5⌉ = 3 grid steps
+    assert mech.std == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize("value", [0.0, 12.345, -7.5e8, 1e300])
+def test_release_is_the_rounded_value_plus_whole_grid_steps(value: float) -> None:
+    mech = LaplaceMechanism(1.0, 1.0)
+    out = mech.release(value, KeyedRng(TEST_SECRET, "grid", str(value)))
+    g = Fraction(mech.granularity)
+    exact = round(Fraction(value) / g) * g
+    steps = (Fraction(out) - exact) / g
+    if abs(value) < 2**53 * mech.granularity:  # below that the float sum is exact
+        assert steps.denominator == 1
+        assert abs(steps) < 60 * mech.scale / mech.granularity  # P(|Lap| > 60b) = e^-60
+    else:  # huge values: the exact noisy grid point, correctly rounded to a float
+        assert abs(out - value) <= 60 * mech.scale + abs(value) * 2.0**-52
+
+
+def test_laplace_noise_matches_laplace_cdf_with_controls() -> None:
+    # The grid is 2^-40 of the scale, so the discrete noise is indistinguishable from continuous
+    # Laplace at 10^5 draws; KS false rejection ≤ P_MIN under a fresh secret.
+    mech = LaplaceMechanism(l1_sensitivity=2.0, epsilon=0.8)
+    rng = KeyedRng(TEST_SECRET, "laplace-mech")
+    noise = np.array([mech.release(100.0, rng) - 100.0 for _ in range(N_DRAWS)])
+    b = mech.scale
+    assert ks_pvalue(noise, lambda x: stats.laplace.cdf(x, scale=b)) > P_MIN
+    for f in CONTROLS:
+        assert ks_pvalue(noise, lambda x, f=f: stats.laplace.cdf(x, scale=b * f)) < P_MIN
+    assert mech.std == pytest.approx(math.sqrt(2) * b, rel=1e-6)
+
+
+def test_gaussian_noise_matches_normal_cdf_with_controls() -> None:
+    mech = GaussianMechanism(l2_sensitivity=1.0, rho=0.5)
+    rng = KeyedRng(TEST_SECRET, "gauss-mech")
+    noise = np.array([mech.release(-3.25, rng) + 3.25 for _ in range(N_DRAWS)])
+    sigma = mech.std
+    assert ks_pvalue(noise, lambda x: stats.norm.cdf(x, scale=sigma)) > P_MIN
+    for f in CONTROLS:
+        assert ks_pvalue(noise, lambda x, f=f: stats.norm.cdf(x, scale=sigma * f)) < P_MIN
+
+
+def test_vector_release_draws_independent_coordinates() -> None:
+    mech = LaplaceMechanism(l1_sensitivity=1.0, epsilon=1.0, dimension=3)
+    rng = KeyedRng(TEST_SECRET, "vector")
+    rows = np.array([mech.release_vector([0.0, 10.0, -10.0], rng) for _ in range(20_000)])
+    assert rows.mean(axis=0) == pytest.approx([0.0, 10.0, -10.0], abs=0.1)  # 6σ: σ≈0.03
+    corr = np.corrcoef(rows.T)
+    assert np.all(np.abs(corr[np.triu_indices(3, 1)]) < 0.05)  # 7σ for independent coords
+
+
+def test_functional_wrappers_match_the_classes() -> None:
+    a = laplace_mechanism(5.0, sensitivity=1.0, epsilon=1.0, rng=KeyedRng(TEST_SECRET, "w"))
+    b = LaplaceMechanism(1.0, 1.0).release(5.0, KeyedRng(TEST_SECRET, "w"))
+    assert a == b
+    c = gaussian_mechanism(5.0, sensitivity=1.0, rho=1.0, rng=KeyedRng(TEST_SECRET, "w"))
+    d = GaussianMechanism(1.0, 1.0).release(5.0, KeyedRng(TEST_SECRET, "w"))
+    assert c == d
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: LaplaceMechanism(0.0, 1.0), ValueError, "l1_sensitivity must be positive"),
+        (lambda: LaplaceMechanism(1.0, -1.0), ValueError, "epsilon must be positive"),
+        (lambda: LaplaceMechanism(1.0, float("nan")), ValueError, "epsilon must be finite"),
+        (lambda: LaplaceMechanism(1.0, 1.0, 0), ValueError, "dimension must be ≥ 1"),
+        (lambda: LaplaceMechanism(1.0, 1.0, 1.5), TypeError, "dimension must be an int"),
+        (lambda: GaussianMechanism(-2.0, 1.0), ValueError, "l2_sensitivity must be positive"),
+        (lambda: GaussianMechanism(1.0, 0.0), ValueError, "rho must be positive"),
+    ],
+)
+def test_bad_parameters_are_refused(make: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()  # type: ignore[operator]
+
+
+def test_bad_values_are_refused() -> None:
+    rng = KeyedRng(TEST_SECRET, "misuse")
+    with pytest.raises(ValueError, match="non-finite value"):
+        LaplaceMechanism(1.0, 1.0).release(float("inf"), rng)
+    with pytest.raises(ValueError, match="use release_vector"):
+        LaplaceMechanism(1.0, 1.0, dimension=2).release(1.0, rng)
+    with pytest.raises(ValueError, match="expected a vector of 2 values, got 3"):
+        GaussianMechanism(1.0, 1.0, dimension=2).release_vector([1.0, 2.0, 3.0], rng)

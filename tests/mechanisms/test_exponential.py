@@ -1,0 +1,114 @@
+"""Exact exponential mechanism: selection probabilities, the refinement path, misuse."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+from scipy import stats
+
+from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET
+from transforms.mechanisms import exponential
+from transforms.mechanisms.exponential import (
+    ExponentialMechanism,
+    exponential_mechanism,
+    sample_exp_weights,
+)
+from transforms.mechanisms.rng import KeyedRng
+
+SCORES = [3.0, 1.0, 0.0, 2.5, -4.0, 3.0]
+
+
+def _probabilities(scores: list[float], epsilon: float, sensitivity: float, c: int) -> list[float]:
+    w = [math.exp(epsilon * u / (c * sensitivity)) for u in scores]
+    return [x / sum(w) for x in w]
+
+
+def _pvalue(samples: list[int], probs: list[float]) -> float:
+    counts = Counter(samples)
+    observed = [counts.get(i, 0) for i in range(len(probs))]
+    return float(stats.chisquare(observed, [p * len(samples) for p in probs]).pvalue)
+
+
+@pytest.mark.parametrize("monotone", [False, True])
+def test_selection_frequencies_match_with_controls(monotone: bool) -> None:
+    # χ² over the 6 candidates from 10^5 seeded draws (false rejection ≤ P_MIN); controls: the
+    # same draws against the distribution at ε ×0.7 and ×1.3 must be rejected.
+    eps, sens, c = 1.0, 1.0, (1 if monotone else 2)
+    rng = KeyedRng(TEST_SECRET, "expmech", str(monotone))
+    mech = ExponentialMechanism(eps, sens, monotone=monotone)
+    samples = [mech.select(SCORES, rng) for _ in range(N_DRAWS)]
+    assert _pvalue(samples, _probabilities(SCORES, eps, sens, c)) > P_MIN
+    for f in (0.7, 1.3):
+        assert _pvalue(samples, _probabilities(SCORES, eps * f, sens, c)) < P_MIN
+
+
+def test_refinement_path_keeps_the_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With 2 digits and 2 bits most first rounds are undecided, so the refinement loop runs.
+    monkeypatch.setattr(exponential, "_START_DIGITS", 2)
+    monkeypatch.setattr(exponential, "_START_BITS", 2)
+    exponential._cumulative_bounds.cache_clear()
+    rng = KeyedRng(TEST_SECRET, "refine")
+    qs = [Fraction(0), Fraction(1, 3), Fraction(1, 3), Fraction(2)]
+    samples = [sample_exp_weights(rng, qs) for _ in range(20_000)]
+    w = [math.exp(-float(q)) for q in qs]
+    assert _pvalue(samples, [x / sum(w) for x in w]) > P_MIN
+    exponential._cumulative_bounds.cache_clear()
+
+
+def test_huge_multiplicities_and_exponents_are_exact() -> None:
+    # Weights 1 and 10^2172·e^-5000 ≈ e^1.2: far outside float range, exact here.
+    rng = KeyedRng(TEST_SECRET, "huge")
+    samples = [
+        sample_exp_weights(rng, [Fraction(0), Fraction(5000)], [1, 10**2172]) for _ in range(20_000)
+    ]
+    log_w1 = 2172 * math.log(10) - 5000
+    p1 = 1 / (1 + math.exp(-log_w1))
+    assert _pvalue(samples, [1 - p1, p1]) > P_MIN
+
+
+def test_single_candidate_and_a_dominant_candidate() -> None:
+    rng = KeyedRng(TEST_SECRET, "edge")
+    assert exponential_mechanism([5.0], epsilon=1.0, sensitivity=1.0, rng=rng) == 0
+    picks = {
+        exponential_mechanism([0.0, 1e6], epsilon=1.0, sensitivity=1.0, rng=rng) for _ in range(50)
+    }
+    assert picks == {1}  # the other candidate has probability e^-500000
+
+
+def test_same_label_same_choice() -> None:
+    def pick(label: str) -> list[int]:
+        rng = KeyedRng(TEST_SECRET, label)
+        return [
+            exponential_mechanism(SCORES, epsilon=0.3, sensitivity=1.0, rng=rng) for _ in range(50)
+        ]
+
+    assert pick("x") == pick("x")
+    assert pick("x") != pick("y")
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda r: exponential_mechanism([], epsilon=1.0, sensitivity=1.0, rng=r), "at least one"),
+        (
+            lambda r: exponential_mechanism([1.0], epsilon=0.0, sensitivity=1.0, rng=r),
+            "epsilon must be positive",
+        ),
+        (
+            lambda r: exponential_mechanism([1.0], epsilon=1.0, sensitivity=0, rng=r),
+            "sensitivity must be positive",
+        ),
+        (
+            lambda r: exponential_mechanism([1.0, math.nan], epsilon=1.0, sensitivity=1.0, rng=r),
+            "score 1 is nan",
+        ),
+        (lambda r: sample_exp_weights(r, [Fraction(0)] * 2, [1]), "got 1 multiplicities for 2"),
+        (lambda r: sample_exp_weights(r, [Fraction(0)] * 2, [1, 0]), "positive integers"),
+    ],
+)
+def test_misuse_is_refused(call: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(KeyedRng(TEST_SECRET, "misuse"))  # type: ignore[operator]
