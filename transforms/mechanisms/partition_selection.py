@@ -1,0 +1,414 @@
+"""Private partition selection: which partition keys may be released.
+
+When the set of partition keys (e.g. web domains) is itself private, a key may appear in the output
+only if a randomised test on its exact number n of *distinct persons* passes, so that a partition
+held by a single person does not reveal that person's presence. Each person contributes to at most
+L = ``max_partitions_per_person`` partitions (enforced upstream); neighbouring data sets differ by
+adding or removing all rows of one person. Such a change moves the person count of at most L
+partitions by one, and creates (or deletes) only partitions whose count is 1 in the larger data set.
+
+Three rules, each a frozen parameter object that validates its knobs and does all threshold and δ
+arithmetic once, when the pipeline is built; ``decide(count, rng)`` then decides one partition:
+
+* :class:`LaplaceThresholding` — keep iff n + Z ≥ T, Z discrete Laplace of scale L/ε; the noisy
+  count may be released with the key. (ε, δ)-DP for the key set and the noisy counts together.
+* :class:`GaussianThresholding` — the same with discrete Gaussian noise, σ² = L/(2ρ). ρ-zCDP for
+  the counts plus δ for the selection (the precise statement is in the class docstring).
+* :class:`TruncatedGeometricSelection` — keep with probability π(n), the optimal (ε, δ) rule of
+  Desfontaines, Voss, Gipson, Mandayam (PoPETs 2022); releases the key only.
+
+Every draw that decides a release is exact (:mod:`.discrete`) and comes from the caller's
+:class:`~.rng.KeyedRng`. Thresholds and probabilities are computed in :mod:`decimal`, rounded in the
+safe direction. Derivations and proofs: ``docs/partition_selection.md``. Error messages never echo
+a person count: counts are private.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal, localcontext
+from fractions import Fraction
+from typing import NamedTuple
+
+from .discrete import (
+    Rational,
+    as_fraction,
+    bernoulli_rational,
+    discrete_gaussian,
+    discrete_laplace,
+)
+from .rng import KeyedRng
+
+_MARGIN = Decimal("1e-30")  # a threshold T is accepted only if δ(T)·(1 + 1e−30) ≤ δ
+_MAX_TERMS = 10**7  # cap on pmf terms / table entries computed at build time
+_DELTA_SLACK_DIGITS = 20  # the optimal rule is computed for δ' = δ_p·(1 − 10^−20)
+
+
+class Decision(NamedTuple):
+    """Outcome of a thresholding rule. If ``keep`` is False, ``noisy_count`` must be discarded."""
+
+    keep: bool
+    noisy_count: int
+
+
+def _positive(x: Rational, name: str, hint: str) -> Fraction:
+    f = as_fraction(x, name)
+    if f <= 0:
+        raise ValueError(f"{name} must be positive, got {x!r}; {hint}")
+    return f
+
+
+def _delta(x: Rational) -> Fraction:
+    f = as_fraction(x, "delta")
+    if not 0 < f < 1:
+        raise ValueError(
+            f"delta must lie in the open interval (0, 1), got {x!r}; partition selection needs "
+            "δ > 0 (a key seen by one person cannot be released with δ = 0), and δ ≥ 1 promises "
+            "nothing"
+        )
+    return f
+
+
+def _max_partitions(L: int) -> int:
+    if isinstance(L, bool) or not isinstance(L, int):
+        raise TypeError(f"max_partitions_per_person must be an int, got {type(L).__name__} {L!r}")
+    if L < 1:
+        raise ValueError(
+            f"max_partitions_per_person must be ≥ 1, got {L}; it is the contribution bound that "
+            "the pipeline enforces upstream"
+        )
+    return L
+
+
+def _count(n: int) -> int:
+    # The value itself is private, so the messages name only its type or sign.
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(
+            f"count must be an int (a number of distinct persons), got {type(n).__name__}"
+        )
+    if n < 0:
+        raise ValueError("count must be a non-negative number of distinct persons, got a negative")
+    return n
+
+
+def _digits(x: Fraction) -> int:
+    """⌈log10(1/x)⌉ for 0 < x < 1, from the integer parts so that a tiny x cannot underflow."""
+    return max(0, math.ceil(math.log10(x.denominator) - math.log10(x.numerator)))
+
+
+def _dec(x: Fraction) -> Decimal:
+    """x in the current decimal context (correctly rounded)."""
+    return Decimal(x.numerator) / Decimal(x.denominator)
+
+
+def _threshold_prec(delta: Fraction, L: int) -> int:
+    # 1 − (1 − p)^L loses ~log10(1/p) digits to cancellation, p ≈ δ/L; 50 digits remain.
+    return 50 + _digits(delta) + len(str(L))
+
+
+def _selection_delta(p: Decimal, L: int) -> Decimal:
+    """δ(T) = 1 − (1 − p)^L: the chance that one of L independent single-person keys passes."""
+    return 1 - (1 - p) ** L
+
+
+def _smallest_passing(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The least T in [lo, hi] with ok(T), for ok monotone (False … False True … True)."""
+    if not ok(hi):
+        raise RuntimeError(f"internal error: threshold search bracket [{lo}, {hi}] holds no T")
+    if ok(lo):
+        return lo
+    while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def discrete_laplace_tail(scale: Rational, k: int, *, prec: int = 60) -> Decimal:
+    """P(Z ≥ k) for Z ~ discrete Laplace of the given scale, to ``prec`` significant digits.
+
+    With q = e^(−1/scale), P(Z = z) = (1 − q)/(1 + q)·q^|z|, so for k ≥ 1 the geometric series gives
+    P(Z ≥ k) = (1 − q)/(1 + q)·q^k/(1 − q) = q^k/(1 + q); for k ≤ 0, by symmetry,
+    P(Z ≥ k) = 1 − P(Z ≥ 1 − k) = 1 − q^(1−k)/(1 + q).
+    """
+    rate = 1 / _positive(scale, "scale", "the noise scale is L/ε")
+    with localcontext() as ctx:
+        ctx.prec = prec
+        r = _dec(rate)
+        q1 = 1 + (-r).exp()
+        if k >= 1:
+            return (-r * k).exp() / q1
+        return 1 - (-r * (1 - k)).exp() / q1
+
+
+def _gaussian_tail_fn(
+    sigma2: Fraction, floor: Decimal, prec: int
+) -> tuple[Callable[[int], Decimal], int]:
+    """(k ↦ P(Z ≥ k), M) for Z ~ discrete Gaussian(σ²), accurate where P(Z ≥ k) ≫ ``floor``.
+
+    The unnormalised terms t_z = e^(−z²/(2σ²)) are built by t_{z+1} = t_z·a·b^z with
+    a = e^(−1/(2σ²)), b = a² (multiplications only, ~2M roundings, hence ``prec`` + 10 digits),
+    up to the first M with t_M < floor and remainder bound R < floor, where
+    Σ_{z>M} t_z ≤ t_M·Σ_{j≥1} b^(Mj) = t_M·b^M/(1 − b^M) because (M + j)² ≥ M² + 2Mj. The tail sums
+    S(m) = Σ_{m≤z≤M} t_z + R are upper bounds; the normaliser is t_0 + 2·S(1).
+    """
+    with localcontext() as ctx:
+        ctx.prec = prec + 10
+        a = (-_dec(1 / (2 * sigma2))).exp()
+        b = a * a
+        terms = [Decimal(1)]
+        t, c, rest = Decimal(1), a, Decimal(0)  # c = a·b^z
+        while True:
+            t *= c
+            c *= b
+            terms.append(t)
+            if t < floor:
+                beta = c / a  # b^M for M = len(terms) − 1
+                rest = t * beta / (1 - beta)
+                if rest < floor:
+                    break
+            if len(terms) > _MAX_TERMS:
+                raise ValueError(
+                    f"discrete Gaussian with σ² = {float(sigma2):.6g} is too wide to tabulate "
+                    f"({_MAX_TERMS} terms); choose a larger rho or a smaller "
+                    "max_partitions_per_person"
+                )
+        M = len(terms) - 1
+        sums = [Decimal(0)] * (M + 2)
+        sums[M + 1] = rest
+        for z in range(M, -1, -1):
+            sums[z] = sums[z + 1] + terms[z]
+        norm = terms[0] + 2 * sums[1]
+
+    def tail(k: int) -> Decimal:
+        with localcontext() as ctx:
+            ctx.prec = prec
+            if k >= 1:
+                return sums[min(k, M + 1)] / norm
+            if 1 - k > M + 1:
+                return Decimal(1)
+            return 1 - sums[1 - k] / norm
+
+    return tail, M
+
+
+@dataclass(frozen=True, init=False)
+class LaplaceThresholding:
+    """Keep a partition iff n + Z ≥ ``threshold``, Z ~ discrete Laplace of scale L/ε (exact).
+
+    ``threshold`` T is the least integer with δ(T) ≤ δ, where δ(T) = 1 − (1 − P(Z ≥ T − 1))^L is
+    the probability that one of the removed person's ≤ L partitions, each held by that person alone
+    (count 1) and noised independently, passes; P(Z ≥ k) = q^k/(1 + q) for k ≥ 1, q = e^(−ε/L)
+    (:func:`discrete_laplace_tail`). δ(T) is computed to ≥ 50 significant digits and T accepted only
+    if δ(T)·(1 + 10^−30) ≤ δ, so rounding can only raise T.
+
+    Guarantee: (ε, δ)-DP for the set of kept keys *and* their noisy counts together. The counts of
+    partitions present in both neighbours form a vector of L1 sensitivity ≤ L, so with scale L/ε
+    they are ε-DP (discrete Laplace mechanism, CKS 2020); thresholding them is post-processing. The
+    partitions that exist only because of the person are all dropped with probability ≥ 1 − δ(T),
+    independently; that event costs the additive δ(T) ≤ δ in both directions of the DP inequality
+    (proof in ``docs/partition_selection.md``). Noisy counts of dropped partitions must never leave.
+    """
+
+    epsilon: Fraction
+    delta: Fraction
+    max_partitions_per_person: int
+    scale: Fraction
+    threshold: int
+    delta_achieved: Decimal
+    half_keep_count: int
+
+    def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
+        eps = _positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
+        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        scale = Fraction(L) / eps
+        for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "scale", scale)
+        # At T = k + 1, P(Z ≥ k) ≤ e^(−k/scale) ≤ e^−2·δ/L, so δ(T) ≤ e^−2·δ: T = k + 1 passes.
+        log_l_over_d = math.log(L) + math.log(d.denominator) - math.log(d.numerator)
+        k = math.ceil(float(scale) * (log_l_over_d + 2)) + 2
+        T = _smallest_passing(lambda t: self.delta_at(t) * (1 + _MARGIN) <= d, 1 - k, k + 1)
+        object.__setattr__(self, "threshold", T)
+        object.__setattr__(self, "delta_achieved", self.delta_at(T))
+        # P(Z ≥ 0) = 1/(1 + q) > 1/2 > q/(1 + q) = P(Z ≥ 1): P(n + Z ≥ T) ≥ 1/2 iff n ≥ T.
+        object.__setattr__(self, "half_keep_count", max(T, 1))
+
+    def delta_at(self, threshold: int) -> Decimal:
+        """δ(T) = 1 − (1 − P(1 + Z ≥ T))^L for this noise scale and L."""
+        prec = _threshold_prec(self.delta, self.max_partitions_per_person)
+        p = discrete_laplace_tail(self.scale, threshold - 1, prec=prec)
+        with localcontext() as ctx:
+            ctx.prec = prec
+            return _selection_delta(p, self.max_partitions_per_person)
+
+    def keep_probability(self, count: int) -> float:
+        """P(count + Z ≥ T), for planning output."""
+        return float(discrete_laplace_tail(self.scale, self.threshold - _count(count)))
+
+    def decide(self, count: int, rng: KeyedRng) -> Decision:
+        noisy = _count(count) + discrete_laplace(rng, self.scale)
+        return Decision(noisy >= self.threshold, noisy)
+
+
+@dataclass(frozen=True, init=False)
+class GaussianThresholding:
+    """Keep a partition iff n + Z ≥ ``threshold``, Z ~ discrete Gaussian with σ² = L/(2ρ) (exact).
+
+    ``threshold`` is chosen as for :class:`LaplaceThresholding`, with
+    δ(T) = 1 − (1 − P(Z ≥ T − 1))^L and P(Z ≥ k) summed from the discrete Gaussian pmf in
+    :mod:`decimal`, with a rigorous bound on the truncated remainder (see ``_gaussian_tail_fn``).
+    Building costs O(σ·√log(L/δ)) decimal multiplications.
+
+    Guarantee, precisely. (i) The noisy counts of the partitions present in both neighbours have L2
+    sensitivity ≤ √L, so they are ρ-zCDP (CKS 2020, Thm. 4); thresholding them is post-processing.
+    (ii) The partitions that exist only because of the person are all dropped, independently of
+    (i), with probability ≥ 1 − δ(T) ≥ 1 − δ. Hence the whole output (keys and noisy counts) is
+    δ-approximately ρ-zCDP (Bun & Steinke 2016, Def. 8.1), and for every δ_c ∈ (0, 1): if the
+    ρ-zCDP release (i) is (ε_c, δ_c)-DP by any conversion (e.g. ``accounting.zcdp_to_approx``),
+    the whole output is (ε_c, δ_c + δ)-DP (proof in ``docs/partition_selection.md``). It is *not*
+    ρ-zCDP on its own: the selection's δ must be accounted for separately.
+    """
+
+    rho: Fraction
+    delta: Fraction
+    max_partitions_per_person: int
+    sigma2: Fraction
+    threshold: int
+    delta_achieved: Decimal
+    half_keep_count: int
+
+    def __init__(self, rho: Rational, delta: Rational, max_partitions_per_person: int) -> None:
+        r = _positive(rho, "rho", "split the budget so that selection gets ρ > 0")
+        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        for name, value in (("rho", r), ("delta", d), ("max_partitions_per_person", L)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "sigma2", Fraction(L) / (2 * r))
+        tail, M = self._tail()
+        # At T = M + 2, P(Z ≥ M + 1) ≤ R/norm < 10^−40·δ/L, so T = M + 2 passes.
+        T = _smallest_passing(lambda t: self._delta(tail, t) * (1 + _MARGIN) <= d, 1 - M, M + 2)
+        object.__setattr__(self, "threshold", T)
+        object.__setattr__(self, "delta_achieved", self._delta(tail, T))
+        # P(Z ≥ 0) = (1 + S)/(1 + 2S) > 1/2 > S/(1 + 2S) = P(Z ≥ 1), S = Σ_{z≥1} t_z.
+        object.__setattr__(self, "half_keep_count", max(T, 1))
+
+    def _tail(self) -> tuple[Callable[[int], Decimal], int]:
+        L = self.max_partitions_per_person
+        floor = Decimal(10) ** -40 * _dec(self.delta / L)
+        return _gaussian_tail_fn(self.sigma2, floor, _threshold_prec(self.delta, L))
+
+    def _delta(self, tail: Callable[[int], Decimal], threshold: int) -> Decimal:
+        p = tail(threshold - 1)
+        with localcontext() as ctx:
+            ctx.prec = _threshold_prec(self.delta, self.max_partitions_per_person)
+            return _selection_delta(p, self.max_partitions_per_person)
+
+    def delta_at(self, threshold: int) -> Decimal:
+        """δ(T) = 1 − (1 − P(1 + Z ≥ T))^L (re-tabulates the pmf: for tests and planning)."""
+        return self._delta(self._tail()[0], threshold)
+
+    def keep_probability(self, count: int) -> float:
+        """P(count + Z ≥ T), for planning output (re-tabulates the pmf)."""
+        return float(self._tail()[0](self.threshold - _count(count)))
+
+    def decide(self, count: int, rng: KeyedRng) -> Decision:
+        noisy = _count(count) + discrete_gaussian(rng, self.sigma2)
+        return Decision(noisy >= self.threshold, noisy)
+
+
+def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
+    """π̂(0..n*) for per-partition (ε, δ): exact rationals, π̂(n*) = 1 and π̂(n) < 1 before.
+
+    Recursion (Desfontaines et al. 2022, Thm. 1; as in Google's ``go/dpagg/select_partition.go``):
+    π(0) = 0, π(n) = min(e^ε·π(n−1) + δ, 1 − e^−ε·(1 − π(n−1) − δ), 1).
+
+    Why rounding cannot break DP. Work at precision P (u = 10^(1−P), every decimal operation and exp
+    correctly rounded, so relative error ≤ u/2 each), with δ' = δ·(1 − 10^−20) rounded (so
+    δ − δ' ≥ s/2, s = δ·10^−20), feed back the *rounded* value π̂(n−1) ∈ [0, 1] (on the grid
+    10^−G, G < P, so 1 − π̂ is exact), and set π̂(n) = floor_G(min(b1, b2, 1)) where b1, b2 are the
+    computed branches. Then π̂(n) ≤ b1 ≤ e^ε·π̂(n−1) + δ' + 2u·e^ε and π̂(n) ≤ b2 ≤ 1 −
+    e^−ε(1 − π̂(n−1) − δ') + 2u. The first gives π̂(n) ≤ e^ε·π̂(n−1) + δ once 2u·e^ε ≤ s/2; the
+    second rearranges to 1 − π̂(n−1) ≤ e^ε(1 − π̂(n)) + δ' + 2u·e^ε ≤ e^ε(1 − π̂(n)) + δ. P below
+    makes 2u·e^ε ≤ s/2 with room to spare. Together with π̂ non-decreasing (b1, b2 ≥ π̂(n−1)), these
+    two inequalities are (ε, δ)-DP of Bernoulli(π̂(n)) against Bernoulli(π̂(n−1)) for both outcomes.
+    The test suite re-checks both inequalities over the whole table in exact rational arithmetic.
+    """
+    slack = _DELTA_SLACK_DIGITS + _digits(delta)  # s = δ·10^−20 ≥ 10^−slack
+    grid = slack + 15  # G: π̂ keeps 15 digits below the slack
+    prec = grid + math.ceil(float(eps) / math.log(10)) + 10
+    with localcontext() as ctx:
+        ctx.prec = prec
+        e_up, e_down = _dec(eps).exp(), (-_dec(eps)).exp()
+        d = _dec(delta) * (1 - Decimal(10) ** -_DELTA_SLACK_DIGITS)
+        quantum = Decimal(10) ** -grid
+        pi = Decimal(0)
+        table = [Fraction(0)]
+        while pi < 1:
+            pi = min(e_up * pi + d, 1 - e_down * (1 - pi - d), Decimal(1))
+            pi = pi.quantize(quantum, rounding=ROUND_FLOOR)
+            table.append(Fraction(pi))
+            if len(table) > _MAX_TERMS:
+                raise ValueError(
+                    "the optimal selection table would exceed 10^7 entries; per-partition ε = "
+                    f"{float(eps):.3g} is too small: use GaussianThresholding, or a larger epsilon"
+                )
+    return tuple(table)
+
+
+@dataclass(frozen=True, init=False)
+class TruncatedGeometricSelection:
+    """Keep a partition with n persons with probability π(n), the optimal (ε, δ)-DP selection rule.
+
+    Desfontaines, Voss, Gipson, Mandayam, "Differentially private partition selection", PoPETs 2022
+    (arXiv:2006.03684), Thm. 1: π(0) = 0, π(n) = min(e^ε·π(n−1) + δ, 1 − e^−ε(1 − π(n−1) − δ), 1)
+    is the largest keep probability that is (ε, δ)-DP when each person is in one partition; it is
+    the truncated-geometric rule. For L partitions per person this uses per-partition (ε/L, δ/L)
+    and basic composition over the ≤ L partitions one person changes (decisions are independent),
+    as Google's ``PreAggSelectPartition`` does; this is not optimal for L > 1 (Gaussian
+    thresholding often keeps more for L > 3).
+
+    ``probabilities`` holds π̂(0..n*) as exact rationals, π̂(n*) = 1 (= ``always_keep_count``);
+    π̂ is π for δ' = δ/L·(1 − 10^−20), rounded *down* to a decimal grid, so it satisfies both DP
+    inequalities for the true (ε/L, δ/L) (proof at ``_optimal_table``). Bernoulli(π̂(n)) is sampled
+    exactly; n ≥ n* is kept always. Guarantee: (ε, δ)-DP for the set of kept keys. No count is
+    released; a count published with the key needs its own budget.
+    """
+
+    epsilon: Fraction
+    delta: Fraction
+    max_partitions_per_person: int
+    probabilities: tuple[Fraction, ...]
+    always_keep_count: int
+    half_keep_count: int
+
+    def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
+        eps = _positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
+        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
+            object.__setattr__(self, name, value)
+        table = _optimal_table(eps / L, d / L)
+        object.__setattr__(self, "probabilities", table)
+        object.__setattr__(self, "always_keep_count", len(table) - 1)
+        half = next(n for n, p in enumerate(table) if 2 * p >= 1)
+        object.__setattr__(self, "half_keep_count", half)
+
+    @property
+    def epsilon_per_partition(self) -> Fraction:
+        return self.epsilon / self.max_partitions_per_person
+
+    @property
+    def delta_per_partition(self) -> Fraction:
+        return self.delta / self.max_partitions_per_person
+
+    def keep_probability(self, count: int) -> Fraction:
+        n = _count(count)
+        return self.probabilities[n] if n < self.always_keep_count else Fraction(1)
+
+    def decide(self, count: int, rng: KeyedRng) -> bool:
+        n = _count(count)
+        if n == 0:
+            return False
+        if n >= self.always_keep_count:
+            return True
+        return bernoulli_rational(rng, self.probabilities[n])
