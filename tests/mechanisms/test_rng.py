@@ -94,3 +94,17 @@ def test_bad_reads_are_refused() -> None:
         rng.randbits(-3)
     with pytest.raises(ValueError, match="positive bound"):
         rng.randbelow(0)
+
+
+def test_uniform_open01_is_strictly_inside_the_unit_interval() -> None:
+    class Fixed(KeyedRng):
+        """A stream whose bits are fixed, to reach the extreme uniforms."""
+
+        def __init__(self, bits: int) -> None:
+            self.bits = bits
+
+        def randbits(self, k: int) -> int:
+            return self.bits & ((1 << k) - 1)
+
+    assert Fixed((1 << 52) - 1).uniform_open01() == 1 - 2.0**-53 < 1.0
+    assert Fixed(0).uniform_open01() == 2.0**-53 > 0.0

@@ -140,12 +140,14 @@ class KeyedRng:
                 return r
 
     def uniform_open01(self) -> float:
-        """A float in the open interval (0, 1): (m + 1/2) / 2**53 for a uniform 53-bit m.
+        """(2m + 1)/2^53 for a uniform m < 2^52: an exact float strictly inside (0, 1).
 
-        Used only by the heavy-tailed continuous samplers, whose docstrings state the
-        floating-point risk; the exact samplers never touch floats.
+        Midpoints of 2^52 equal cells, symmetric about 1/2. (The tempting (m + 1/2)/2^53 for a
+        53-bit m needs 54 significant bits and rounds to 1.0 at m = 2^53 − 1.) Used only by the
+        heavy-tailed continuous samplers, whose docstrings state the floating-point risk; the
+        exact samplers never touch floats.
         """
-        return (self.randbits(53) + 0.5) * (1.0 / (1 << 53))
+        return ((self.randbits(52) << 1) | 1) * (1.0 / (1 << 53))
 
 
 class ReleaseKey:

@@ -1,0 +1,278 @@
+"""Heavy-tailed noise for smooth sensitivity, sampled in log space, and its safe release.
+
+Two noise families, both driven only by a :class:`~.rng.KeyedRng`:
+
+* **Cauchy-type**, density h(z) = 1/(C_γ·(1 + |z|^γ)) on ℝ for γ > 1, C_γ = 2π/(γ·sin(π/γ)).
+  Nissim, Raskhodnikova and Smith (STOC 2007; seed ``smooth-sensitivity-nrs07.txt``): if S is a
+  β-smooth upper bound on the local sensitivity of f with β ≤ ε/(2(γ+1)), then
+  x ↦ f(x) + (2(γ+1)·S(x)/ε)·Z is ε-differentially private (pure, δ = 0).
+* **Laplace-log-normal** LLN(σ): Z = X·e^{σY} with X ~ Laplace(1) (density e^{−|x|}/2) and
+  Y ~ N(0, 1) independent, σ > 0. Bun and Steinke, "Average-Case Averages: Private Algorithms
+  for Smooth Sensitivity and Mean Estimation" (NeurIPS 2019): f(x) + (S(x)/s)·Z is ½ε²-zCDP
+  for a t-smooth bound S, with ε = t/σ + e^{3σ²/2}·s as we read their LLN theorem (the
+  mechanism that uses it must cite and check the exact statement).
+
+The neighbouring relation for those guarantees is userdp's: data sets differ by adding or
+removing all rows of one person, and S must be smooth with respect to that relation. Choosing
+S, β and the scale is the mechanism's job; this module only samples Z and releases
+``value + scale·Z``.
+
+Log space. A sample is a :class:`LogNoise` (sign, log|z|): Cauchy-type tails reach |z| = e^700
+with positive probability (γ near 1), so |z| is never formed as a float.
+:func:`release_heavy_tailed` adds ``scale·z`` to the value in log space, clamps to the declared
+range without forming astronomically large floats, and snaps to a power-of-two grid.
+
+Residual floating-point risk — these samplers are **not** exact, unlike :mod:`.discrete`:
+
+* Randomness enters as 52-bit midpoint uniforms (2m+1)/2^53 (``KeyedRng.uniform_open01``) and
+  as exponentials E = K·ln 2 − ln V, K exactly geometric (leading zero bits of the stream), V a 51-bit midpoint
+  uniform on (1/2, 1). So E, and hence the tails, keep ~2^−51 relative resolution down to
+  probability 2^−1000 (a plain −ln U would leave the far tail on a few hundred coarse points).
+* log, exp, pow and ``NormalDist.inv_cdf`` come from the platform's libm and CPython: accurate
+  to a few ulp, not correctly rounded. The sampled law is therefore a discrete law on floats
+  whose probabilities of intervals wider than its resolution deviate from the ideal density's
+  by a relative error of order 2^−50 (order |log|z||·2^−52 when |z| is huge); in the extreme
+  tails it differs outright: the 2^−1000 cut leaves no mass beyond |z| = e^(693/(γ−1))
+  (Cauchy-type; ideal mass there < 2^−1000) or |Y| ≈ 37.3 (LLN). Cauchy-type |z| < 2^−53 is
+  not attainable, which the grid (≥ 2^−31 scales) hides.
+* The float sum value + scale·z leaks low-order bits in general (Mironov, CCS 2012, recovered
+  inputs from textbook Laplace noise this way). Snapping the sum to a power-of-two grid and
+  clamping are post-processing that remove those bits: a grid cell holds ≳ 2^21/max(1, ln|z|)
+  attainable sums, so released probabilities match those of the ideal mechanism (followed by
+  the same snapping) to a relative error of order 2^−20·max(1, ln|z|) from cell boundaries —
+  an ε slack of that order. The exception: noise of more than ~2^17 scales nearly cancelling
+  a value far from zero, where a cell may hold few attainable sums; for Cauchy-type noise this
+  has probability ≲ 2^−21·ln|z|·(scale/|value|)^(γ−1), small but not negligible as γ → 1.
+* Rejection counts depend only on the random stream, never on the data.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from statistics import NormalDist
+from typing import NamedTuple
+
+from .rng import KeyedRng
+
+GRID_BITS = 30
+"""The release grid is 2^−GRID_BITS of the scale (and of |result|), rounded down to 2^k."""
+
+_MIN_NORMAL_EXP = -1022  # 2^−1022, the smallest normal float: the grid never goes below it
+_LN2 = math.log(2.0)
+_EXP_SAFE = 700.0  # exp(700) ≈ 1e304: below the float maximum with room for the sum
+_MAX_ZERO_BITS = 1000  # fine uniforms below 2^−1000 are redrawn (probability 2^−1000)
+_STD_NORMAL = NormalDist()
+
+
+class LogNoise(NamedTuple):
+    """A noise sample z as (sign, log|z|): sign is +1 or −1; log_abs may exceed 709."""
+
+    sign: int
+    log_abs: float
+
+
+def _real(x: object, name: str) -> float:
+    """``x`` as a finite float; refuses booleans, non-numbers, NaN and ±∞, naming the parameter."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return f
+
+
+def _fine_uniform(rng: KeyedRng) -> tuple[int, float]:
+    """(K, V) with U = 2^−K·V uniform on (0, 1), at ~2^−51 relative resolution even near 0.
+
+    K = the number of leading zero bits of the stream, so P(K = k) = 2^−(k+1) exactly; V =
+    (2^52 + 2m + 1)/2^53 for a uniform 51-bit m, a midpoint uniform on (1/2, 1) independent of
+    K. The bits below the stream's first one are still uniform, so V reuses them when 51 remain.
+    Streams of more than 1000 leading zeros are redrawn (probability 2^−1000).
+    """
+    randbits = rng.randbits
+    k = 0
+    while True:
+        r = randbits(64)
+        if r == 0:
+            k += 64
+            if k > _MAX_ZERO_BITS:
+                k = 0
+            continue
+        n = r.bit_length()
+        k += 64 - n
+        if k > _MAX_ZERO_BITS:
+            k = 0
+            continue
+        m = (r >> (n - 52)) & ((1 << 51) - 1) if n >= 52 else randbits(51)
+        return k, ((1 << 52) | (m << 1) | 1) * (1.0 / (1 << 53))
+
+
+def _exponential(rng: KeyedRng) -> float:
+    """E ~ Exp(1) as −ln U = K·ln 2 − ln V, always > 0 (V < 1)."""
+    k, v = _fine_uniform(rng)
+    return k * _LN2 - math.log(v)
+
+
+def _check_gamma(gamma: float) -> float:
+    g = _real(gamma, "gamma")
+    if not g > 1.0:
+        raise ValueError(
+            f"gamma must be a finite number > 1, got {gamma!r}: the density 1/(1+|z|^gamma) "
+            "is not integrable for gamma <= 1 (larger gamma gives lighter tails)."
+        )
+    return g
+
+
+def _check_positive(x: float, name: str) -> float:
+    f = _real(x, name)
+    if not f > 0.0:
+        raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
+    return f
+
+
+def cauchy_type_noise(rng: KeyedRng, gamma: float) -> LogNoise:
+    """Z with density h(z) = 1/(C_γ·(1 + |z|^γ)), C_γ = 2π/(γ·sin(π/γ)), as (sign, log|z|).
+
+    Used with smooth sensitivity (NRS07): scale 2(γ+1)·S/ε with a β-smooth bound S,
+    β ≤ ε/(2(γ+1)), gives ε-DP; see the module docstring for the floating-point caveats.
+    """
+    g = _check_gamma(gamma)
+    # Rejection sampling of T = |Z| (density f(t) ∝ 1/(1 + t^γ) on t > 0), then a fair sign.
+    # Envelope g(t) = min(1, t^−γ), total mass 1 + 1/(γ−1) = γ/(γ−1); as a mixture:
+    #   w.p. (γ−1)/γ: T = U uniform on (0, 1);
+    #   w.p. 1/γ:     T Pareto on (1, ∞) with density (γ−1)·t^−γ, i.e. ln T = E/(γ−1), E ~ Exp(1).
+    # f/g = 1/(1 + t^γ) on (0, 1] and t^γ/(1 + t^γ) = 1/(1 + t^−γ) on (1, ∞): both are
+    # 1/(1 + s^γ) with s = min(t, 1/t) ∈ (0, 1], so they lie in [1/2, 1]; accept with that
+    # probability. Overall acceptance = ∫f/∫g = (π/(γ sin(π/γ)))·(γ−1)/γ ≥ 1/2 (0.785 at γ = 2).
+    body = (g - 1.0) / g
+    randbits = rng.randbits
+    while True:
+        if rng.uniform_open01() < body:
+            t = rng.uniform_open01()
+            log_t = math.log(t)
+            s_pow = t**g
+        else:
+            log_t = _exponential(rng) / (g - 1.0)
+            s_pow = math.exp(-g * log_t)
+        if rng.uniform_open01() * (1.0 + s_pow) < 1.0:
+            return LogNoise(1 if randbits(1) else -1, log_t)
+
+
+def laplace_log_normal_noise(rng: KeyedRng, sigma: float) -> LogNoise:
+    """Z = X·e^{σY}, X ~ Laplace(1), Y ~ N(0, 1) independent (LLN(σ)), as (sign, log|z|).
+
+    log|Z| = ln|X| + σY with |X| = E ~ Exp(1) and the sign of X. Y = ±Φ^−1(W) with W uniform on
+    (0, 1/2) drawn at fine relative resolution (so Y's tails are not stair-stepped) and a fair
+    sign; Φ^−1 is ``statistics.NormalDist().inv_cdf`` (Wichura's AS241, ~1e−16 relative).
+    Used with smooth sensitivity for ½ε²-zCDP (Bun–Steinke 2019; module docstring).
+    """
+    s = _check_positive(sigma, "sigma")
+    e = _exponential(rng)
+    k, v = _fine_uniform(rng)
+    y = _STD_NORMAL.inv_cdf(math.ldexp(v, -k - 1))  # W = 2^−(K+1)·V, Y ≤ 0
+    signs = rng.randbits(2)
+    if signs & 2:
+        y = -y
+    return LogNoise(1 if signs & 1 else -1, math.log(e) + s * y)
+
+
+def noise_to_float(noise: LogNoise) -> float:
+    """sign·exp(log_abs) as a float, ±∞ beyond the float range. For tests and diagnostics."""
+    if noise.log_abs > 709.0:
+        return math.copysign(math.inf, noise.sign)
+    return math.copysign(math.exp(noise.log_abs), noise.sign)
+
+
+def cauchy_type_sample(rng: KeyedRng, gamma: float) -> float:
+    """:func:`cauchy_type_noise` as a float (±∞ past the float range); for tests."""
+    return noise_to_float(cauchy_type_noise(rng, gamma))
+
+
+def laplace_log_normal_sample(rng: KeyedRng, sigma: float) -> float:
+    """:func:`laplace_log_normal_noise` as a float; for tests."""
+    return noise_to_float(laplace_log_normal_noise(rng, sigma))
+
+
+def _grid_exponent(scale: float) -> int:
+    _, e = math.frexp(scale)  # 2^(e−1) ≤ scale < 2^e
+    return max(e - 1 - GRID_BITS, _MIN_NORMAL_EXP)
+
+
+def release_grid(scale: float) -> float:
+    """g = the largest power of two ≤ scale·2^−30, but never below 2^−1022 (smallest normal).
+
+    Rounding to g moves a release by at most scale·2^−31, far below the noise.
+    """
+    return math.ldexp(1.0, _grid_exponent(_check_positive(scale, "scale")))
+
+
+def _snap(x: float, grid_exp: int) -> float:
+    """x rounded (half to even) to a multiple of 2^k, k = max(grid_exp, ⌊log2|x|⌋ − 30).
+
+    The second term keeps at most 31 significant bits when |x| is large, so a cell always holds
+    many attainable sums even where the noise is far larger than the scale. Both steps are
+    powers of two ≥ 2^grid_exp, so the result is a multiple of the grid g = 2^grid_exp.
+    """
+    _, e = math.frexp(x)
+    k = max(grid_exp, e - 1 - GRID_BITS)
+    q = round(math.ldexp(x, -k))  # |q| ≤ 2^31: exact
+    try:
+        return math.ldexp(float(q), k)
+    except OverflowError:  # only when rounding up past the float maximum; the clamp follows
+        return math.copysign(math.inf, x)
+
+
+def release_heavy_tailed(
+    value: float,
+    *,
+    scale: float,
+    noise: tuple[int, float],
+    lower: float,
+    upper: float,
+) -> float:
+    """value + scale·z for a log-space noise z = (sign, log|z|), snapped and clamped.
+
+    Steps: (1) if the noise reaches the bound on its side — decided in log space, comparing
+    ln scale + log|z| with ln(bound − value) — return that bound without forming scale·z;
+    (2) otherwise x = value + sign·exp(ln scale + log|z|), computed in halves when the noise
+    exceeds e^700 so nothing overflows; (3) snap x to the grid of :func:`release_grid` (coarser,
+    2^−30·|x| rounded down to a power of two, when |x| is large); (4) clamp to [lower, upper].
+    Steps 3–4 are post-processing; they discard the low-order bits of the float sum (module
+    docstring). The result is a multiple of ``release_grid(scale)`` or one of the bounds, and
+    never −0.0. ``value`` may lie outside [lower, upper]; it is not clamped before the noise.
+
+    Args:
+      value: the statistic, finite.
+      scale: the noise multiplier, finite and > 0 (e.g. 2(γ+1)·S/ε for Cauchy-type noise).
+      noise: (sign, log|z|) from :func:`cauchy_type_noise` or :func:`laplace_log_normal_noise`;
+        log|z| = −∞ means z = 0 and +∞ sends the result to the bound.
+      lower, upper: the declared output range, finite, lower < upper.
+    """
+    v = _real(value, "value")
+    lo = _real(lower, "lower")
+    hi = _real(upper, "upper")
+    if not lo < hi:
+        raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
+    s = _check_positive(scale, "scale")
+    sign, log_abs = noise
+    if isinstance(sign, bool) or sign not in (1, -1):
+        raise ValueError(f"noise sign must be +1 or -1, got {sign!r}")
+    if not isinstance(log_abs, (int, float)) or math.isnan(log_abs):
+        raise ValueError(f"noise log|z| must be a float (±inf allowed), got {log_abs!r}")
+
+    log_noise = math.log(s) + log_abs  # ln(scale·|z|), may be ±inf
+    bound = hi if sign > 0 else lo
+    half_gap = (hi * 0.5 - v * 0.5) if sign > 0 else (v * 0.5 - lo * 0.5)  # no overflow
+    if half_gap <= 0.0 or log_noise >= math.log(half_gap) + _LN2:
+        return bound + 0.0
+    if log_noise <= _EXP_SAFE:
+        x = v + sign * math.exp(log_noise)
+    else:  # |noise| < 2·half_gap ≤ 2^1025: add the halves, then double
+        x = 2.0 * (v * 0.5 + sign * math.exp(log_noise - _LN2))
+    if math.isfinite(x):
+        x = _snap(x, _grid_exponent(s))
+    return min(max(x, lo), hi) + 0.0  # + 0.0 turns −0.0 into 0.0
