@@ -25,9 +25,10 @@ range without forming astronomically large floats, and snaps to a power-of-two g
 Residual floating-point risk — these samplers are **not** exact, unlike :mod:`.discrete`:
 
 * Randomness enters as 52-bit midpoint uniforms (2m+1)/2^53 (``KeyedRng.uniform_open01``) and
-  as exponentials E = K·ln 2 − ln V, K exactly geometric (leading zero bits of the stream), V a 51-bit midpoint
-  uniform on (1/2, 1). So E, and hence the tails, keep ~2^−51 relative resolution down to
-  probability 2^−1000 (a plain −ln U would leave the far tail on a few hundred coarse points).
+  as exponentials E = K·ln 2 − ln V, K exactly geometric (leading zero bits of the stream),
+  V a 51-bit midpoint uniform on (1/2, 1). So E, and hence the tails, keep ~2^−51 relative
+  resolution down to probability 2^−1000 (a plain −ln U would leave the far tail on a few
+  hundred coarse points).
 * log, exp, pow and ``NormalDist.inv_cdf`` come from the platform's libm and CPython: accurate
   to a few ulp, not correctly rounded. The sampled law is therefore a discrete law on floats
   whose probabilities of intervals wider than its resolution deviate from the ideal density's
