@@ -50,7 +50,7 @@ def _bern_exp_neg_le1(rng: KeyedRng, num: int, den: int) -> bool:
     Draw Bernoulli(γ/1), Bernoulli(γ/2), … until the first failure at trial K; K is odd with
     probability exactly Σ_k (−γ)^k / k! = exp(−γ).
     """
-    k = 1
+    k = 2 if num == den else 1  # γ = 1: the first trial, Bernoulli(1), always succeeds
     randbelow = rng.randbelow
     while randbelow(den * k) < num:
         k += 1

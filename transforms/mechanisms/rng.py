@@ -76,7 +76,7 @@ class KeyedRng:
       *label: what the stream is for; parts are ``str``, ``int`` or ``bytes``.
     """
 
-    __slots__ = ("_buf", "_counter", "_label", "_pos", "_subkey")
+    __slots__ = ("_buf", "_counter", "_label", "_nbits", "_pos", "_subkey", "_word")
 
     def __init__(self, secret: bytes, *label: LabelPart) -> None:
         if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
@@ -90,6 +90,8 @@ class KeyedRng:
         self._counter = 0
         self._buf = b""
         self._pos = 0
+        self._word = 0  # bit reservoir for randbits: _nbits unused low bits of a stream word
+        self._nbits = 0
 
     @property
     def label(self) -> tuple[LabelPart, ...]:
@@ -115,27 +117,51 @@ class KeyedRng:
         self._pos += n
         return out
 
-    def randbits(self, k: int) -> int:
-        """A uniform integer in [0, 2**k)."""
-        if k <= 0:
-            if k == 0:
-                return 0
-            raise ValueError(f"number of bits must be non-negative, got {k}")
-        nbytes = (k + 7) >> 3
+    def _word64(self) -> int:
+        """The next 8 bytes of the stream as an integer."""
         pos = self._pos
-        if len(self._buf) - pos < nbytes:
+        if len(self._buf) - pos < 8:
             self._refill()
             pos = 0
-        self._pos = pos + nbytes
-        return int.from_bytes(self._buf[pos : pos + nbytes], "big") >> ((nbytes << 3) - k)
+        self._pos = pos + 8
+        return int.from_bytes(self._buf[pos : pos + 8], "big")
+
+    def randbits(self, k: int) -> int:
+        """A uniform integer in [0, 2**k).
+
+        Small requests (k ≤ 64) are served from a 64-bit reservoir taken from the byte stream, so
+        a 1-bit draw costs one shift rather than a byte; bits left over when a request does not fit
+        are discarded (still uniform and deterministic). Larger requests read whole bytes.
+        """
+        if 0 <= k <= self._nbits:
+            self._nbits -= k
+            r = self._word & ((1 << k) - 1)
+            self._word >>= k
+            return r
+        if k <= 64:
+            if k < 0:
+                raise ValueError(f"number of bits must be non-negative, got {k}")
+            word = self._word64()
+            self._word = word >> k
+            self._nbits = 64 - k
+            return word & ((1 << k) - 1)
+        nbytes = (k + 7) >> 3
+        return int.from_bytes(self.read(nbytes), "big") >> ((nbytes << 3) - k)
 
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n), exact (rejection sampling on ⌈log2 n⌉ bits)."""
-        if n <= 0:
+        if n <= 1:
+            if n == 1:
+                return 0
             raise ValueError(f"randbelow needs a positive bound, got {n}")
         k = (n - 1).bit_length()
         while True:
-            r = self.randbits(k)
+            if k <= self._nbits:  # the reservoir fast path of randbits, inlined: the hot loop
+                self._nbits -= k
+                r = self._word & ((1 << k) - 1)
+                self._word >>= k
+            else:
+                r = self.randbits(k)
             if r < n:
                 return r
 
