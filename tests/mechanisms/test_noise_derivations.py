@@ -1,0 +1,53 @@
+"""Brute-force checks of the grid-inflation bounds derived in docs/noise.md, on small inputs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+from transforms.mechanisms.additive import _round_to_grid
+
+# Inputs: all multiples of 1/16 in [-3, 3], rounded to grids g = 2^k for k in {-1, 0, 1}.
+VALUES = [n / 16 for n in range(-48, 49)]
+GRID_EXPONENTS = (-1, 0, 1)
+
+
+def test_scalar_rounding_moves_neighbours_apart_by_at_most_one_grid_step() -> None:
+    for k in GRID_EXPONENTS:
+        g = 2.0**k
+        for a, b in itertools.product(VALUES, repeat=2):
+            gap = abs(_round_to_grid(a, k) - _round_to_grid(b, k))
+            assert gap <= (abs(a - b) + g) / g, (a, b, k)
+
+
+def test_the_scalar_bound_is_tight() -> None:
+    # Some pair attains |r(a) − r(b)| > |a − b|/g: the inflation cannot be dropped.
+    k, g = 0, 1.0
+    assert any(
+        abs(_round_to_grid(a, k) - _round_to_grid(b, k)) > abs(a - b) / g
+        for a, b in itertools.product(VALUES, repeat=2)
+    )
+
+
+def test_vector_l1_and_l2_bounds() -> None:
+    small = VALUES[::6]  # 17 values per coordinate, d = 2 and 3
+    for d in (2, 3):
+        for k in GRID_EXPONENTS:
+            g = 2.0**k
+            vectors = list(itertools.product(small, repeat=d))
+            for x, y in itertools.product(vectors[::23], vectors[::19]):
+                rx = [_round_to_grid(v, k) for v in x]
+                ry = [_round_to_grid(v, k) for v in y]
+                l1 = sum(abs(p - q) for p, q in zip(rx, ry, strict=True))
+                l2 = math.sqrt(sum((p - q) ** 2 for p, q in zip(rx, ry, strict=True)))
+                d1 = sum(abs(p - q) for p, q in zip(x, y, strict=True))
+                d2 = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, y, strict=True)))
+                assert l1 <= d1 / g + d
+                assert l2 <= d2 / g + math.ceil(math.sqrt(d)) + 1e-12
+
+
+def test_rounding_is_exact_for_dyadic_inputs() -> None:
+    for k in GRID_EXPONENTS:
+        for a in VALUES:
+            assert _round_to_grid(a, k) == round(Fraction(a) / Fraction(2) ** k)
