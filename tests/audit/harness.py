@@ -449,59 +449,19 @@ def audit_outputs(
     )
 
 
-def assert_private(
-    mechanism: Mechanism,
-    x: object,
-    x_prime: object,
-    *,
-    epsilon: float,
-    delta: float = 0.0,
-    n: int = 100_000,
-    alpha: float = 1e-6,
-    secret: bytes = AUDIT_SECRET,
-    label: str = "audit",
-) -> AuditResult:
-    """:func:`audit`, raising AssertionError with the report if it finds a violation."""
-    result = audit(
-        mechanism,
-        x,
-        x_prime,
-        epsilon=epsilon,
-        delta=delta,
-        n=n,
-        alpha=alpha,
-        secret=secret,
-        label=label,
-    )
+def assert_private(mechanism: Mechanism, x: object, x_prime: object, **claim: Any) -> AuditResult:
+    """:func:`audit` (same keyword arguments), raising AssertionError with the report if it finds
+    a violation."""
+    result = audit(mechanism, x, x_prime, **claim)
     if not result.passed:
         raise AssertionError(f"the mechanism failed its privacy audit:\n{result}")
     return result
 
 
-def assert_caught(
-    mechanism: Mechanism,
-    x: object,
-    x_prime: object,
-    *,
-    epsilon: float,
-    delta: float = 0.0,
-    n: int = 100_000,
-    alpha: float = 1e-6,
-    secret: bytes = AUDIT_SECRET,
-    label: str = "audit",
-) -> AuditResult:
-    """:func:`audit` of a negative control, raising AssertionError if it is *not* caught."""
-    result = audit(
-        mechanism,
-        x,
-        x_prime,
-        epsilon=epsilon,
-        delta=delta,
-        n=n,
-        alpha=alpha,
-        secret=secret,
-        label=label,
-    )
+def assert_caught(mechanism: Mechanism, x: object, x_prime: object, **claim: Any) -> AuditResult:
+    """:func:`audit` of a negative control (same keyword arguments), raising AssertionError if it
+    is *not* caught."""
+    result = audit(mechanism, x, x_prime, **claim)
     if result.passed:
         raise AssertionError(f"the audit missed a mechanism that violates its claim:\n{result}")
     return result

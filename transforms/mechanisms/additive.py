@@ -66,6 +66,13 @@ def _noisy(value: float, k: int, noise: int) -> float:
     return math.ldexp(float(n), k)
 
 
+def _check_dimension(dimension: int) -> None:
+    if isinstance(dimension, bool) or not isinstance(dimension, int):
+        raise TypeError(f"dimension must be an int, got {dimension!r}")
+    if dimension < 1:
+        raise ValueError(f"dimension must be ≥ 1, got {dimension}")
+
+
 def _check_scalar(dimension: int) -> None:
     if dimension != 1:
         raise ValueError(f"this mechanism is for vectors of {dimension} values; use release_vector")
@@ -101,10 +108,7 @@ class LaplaceMechanism:
     def __post_init__(self) -> None:
         delta = _finite_positive(self.l1_sensitivity, "l1_sensitivity", _PLAN_HINT)
         eps = _finite_positive(self.epsilon, "epsilon", _BUDGET_HINT)
-        if isinstance(self.dimension, bool) or not isinstance(self.dimension, int):
-            raise TypeError(f"dimension must be an int, got {self.dimension!r}")
-        if self.dimension < 1:
-            raise ValueError(f"dimension must be ≥ 1, got {self.dimension}")
+        _check_dimension(self.dimension)
         k = granularity_exponent(float(delta / eps))
         g = Fraction(2) ** k
         object.__setattr__(self, "_k", k)
@@ -155,10 +159,7 @@ class GaussianMechanism:
     def __post_init__(self) -> None:
         delta = _finite_positive(self.l2_sensitivity, "l2_sensitivity", _PLAN_HINT)
         rho = _finite_positive(self.rho, "rho", _BUDGET_HINT)
-        if isinstance(self.dimension, bool) or not isinstance(self.dimension, int):
-            raise TypeError(f"dimension must be an int, got {self.dimension!r}")
-        if self.dimension < 1:
-            raise ValueError(f"dimension must be ≥ 1, got {self.dimension}")
+        _check_dimension(self.dimension)
         k = granularity_exponent(float(delta) / math.sqrt(2.0 * float(rho)))
         g = Fraction(2) ** k
         inflated = delta + _ceil_sqrt(self.dimension) * g
