@@ -1,0 +1,122 @@
+"""Frozen, validated parameters shared by the release job's Beam transforms.
+
+The planner (``pipelines/plan.py``) builds these from the job file before any data is read; the
+transforms only consume them. They hold plain values and core mechanism objects, all picklable.
+See ``docs/release-job-contracts.md`` for how the pieces meet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from .mechanisms.partition_selection import (
+    GaussianThresholding,
+    LaplaceThresholding,
+    TruncatedGeometricSelection,
+)
+
+Metric = Literal["count", "persons", "sum", "mean"]
+METRICS: tuple[str, ...] = ("count", "persons", "sum", "mean")
+NoiseMechanism = LaplaceMechanism | GaussianMechanism
+SelectionRule = LaplaceThresholding | GaussianThresholding | TruncatedGeometricSelection
+
+# Fixed-point sums: a value v is summed as round(v / 2^q) for a per-query quantum exponent q, so
+# |v / 2^q| ≤ 2^VALUE_BITS and sums are exact integers whatever the combine order.
+VALUE_BITS = 40
+
+
+def quantum_exponent(lower: float, upper: float) -> int:
+    """q with 2^q the fixed-point quantum for values clamped to [lower, upper] (public bounds)."""
+    m = max(abs(lower), abs(upper))
+    if m == 0:
+        return 0
+    return math.frexp(m)[1] - VALUE_BITS
+
+
+@dataclass(frozen=True)
+class BoundingParams:
+    """How one query bounds each person's contribution before aggregation.
+
+    Attributes:
+      by: partition columns (empty: one global partition).
+      value: the value column for ``sum``/``mean`` (None for ``count``/``persons``).
+      lower, upper: clamp bounds for the value (ignored without a value).
+      max_partitions_per_person: L, how many partitions one person may contribute to.
+      max_rows_per_partition: C, how many rows one person may contribute to one partition.
+    """
+
+    by: tuple[str, ...]
+    value: str | None
+    lower: float
+    upper: float
+    max_partitions_per_person: int
+    max_rows_per_partition: int
+
+    def __post_init__(self) -> None:
+        for name in ("max_partitions_per_person", "max_rows_per_partition"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not self.by and self.max_partitions_per_person != 1:
+            raise ValueError(
+                "max_partitions_per_person must be 1 for a query without `by` (one partition), "
+                f"got {self.max_partitions_per_person}"
+            )
+        if self.value is not None:
+            if not (math.isfinite(self.lower) and math.isfinite(self.upper)):
+                raise ValueError(f"bounds must be finite, got [{self.lower}, {self.upper}]")
+            if not self.lower < self.upper:
+                raise ValueError(
+                    f"bounds must satisfy lower < upper, got [{self.lower}, {self.upper}]"
+                )
+
+    @property
+    def quantum(self) -> int:
+        """The fixed-point quantum exponent q for this query's value sums."""
+        return quantum_exponent(self.lower, self.upper) if self.value is not None else 0
+
+
+@dataclass(frozen=True)
+class ReleaseParams:
+    """What the final noisy combine does for one query.
+
+    Attributes:
+      name: the query name (the first part of every noise label).
+      metric: ``count`` (rows), ``persons``, ``sum`` or ``mean``.
+      bounding: the contribution bounds the statistics were computed under.
+      noise: the calibrated mechanism for the released statistic; for ``mean`` the one for the
+        centred sum, with ``count_noise`` for the row count.
+      count_noise: only for ``mean``.
+      public_partitions: the public key list (each key a tuple of ``by`` values), or None.
+      selection: the private partition-selection rule when ``public_partitions`` is None and the
+        query has ``by`` columns.
+    """
+
+    name: str
+    metric: Metric
+    bounding: BoundingParams
+    noise: NoiseMechanism
+    count_noise: NoiseMechanism | None = None
+    public_partitions: tuple[tuple[object, ...], ...] | None = None
+    selection: SelectionRule | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
+        if (self.metric == "mean") != (self.count_noise is not None):
+            raise ValueError("count_noise is required for metric 'mean' and only for it")
+        if self.metric in ("sum", "mean") and self.bounding.value is None:
+            raise ValueError(f"metric {self.metric!r} needs a value column")
+        private = self.bounding.by and self.public_partitions is None
+        if private and self.selection is None:
+            raise ValueError(
+                f"query {self.name!r}: private partitions need a selection rule "
+                "(or give a file of public partition keys)"
+            )
+        if not private and self.selection is not None:
+            raise ValueError(
+                f"query {self.name!r}: a selection rule is only for private partitions"
+            )
