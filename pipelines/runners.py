@@ -45,6 +45,15 @@ def _flags(options: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+def _direct_mode(options: Mapping[str, Any], extra_args: Sequence[str]) -> str:
+    """The direct running mode, checked before Beam's own parser (which would exit on a typo)."""
+    mode = str(options.get("direct_running_mode", "in_memory"))
+    for arg in extra_args:
+        if arg.startswith("--direct_running_mode="):
+            mode = arg.split("=", 1)[1]
+    return mode
+
+
 def pipeline_options(
     name: str, options: Mapping[str, Any], extra_args: Sequence[str] = ()
 ) -> tuple[Any, PipelineOptions]:
@@ -56,7 +65,7 @@ def pipeline_options(
     if name != "direct":
         opts = PipelineOptions([f"--runner={RUNNERS[name]}", *flags])
         return RUNNERS[name], opts
-    mode = opts.get_all_options().get("direct_running_mode") or "in_memory"
+    mode = _direct_mode(options, extra_args)
     if mode == "multi_threading":
         raise RunnerError(
             "runner.options.direct_running_mode = 'multi_threading' is refused: with Beam 2.77 it "
