@@ -93,6 +93,9 @@ class ReleaseParams:
       public_partitions: the public key list (each key a tuple of ``by`` values), or None.
       selection: the private partition-selection rule when ``public_partitions`` is None and the
         query has ``by`` columns.
+      release_selection_count: for ``persons`` with Laplace/Gaussian thresholding, the
+        selection's noisy person count *is* the released value (the plan gave the selection the
+        whole budget); no second draw may be made from ``noise``, or the query spends twice.
     """
 
     name: str
@@ -102,6 +105,7 @@ class ReleaseParams:
     count_noise: NoiseMechanism | None = None
     public_partitions: tuple[tuple[object, ...], ...] | None = None
     selection: SelectionRule | None = None
+    release_selection_count: bool = False
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -115,6 +119,14 @@ class ReleaseParams:
             raise ValueError(
                 f"query {self.name!r}: private partitions need a selection rule "
                 "(or give a file of public partition keys)"
+            )
+        if self.release_selection_count and not (
+            self.metric == "persons"
+            and isinstance(self.selection, (LaplaceThresholding, GaussianThresholding))
+        ):
+            raise ValueError(
+                f"query {self.name!r}: only a persons query with threshold selection can release "
+                "the selection's noisy count"
             )
         if not private and self.selection is not None:
             raise ValueError(

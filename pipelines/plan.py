@@ -1,0 +1,448 @@
+"""Plan a release from its job config alone: budget split, sensitivities, calibrated mechanisms.
+
+No data is read (public key files are public and are read). The order is fixed: first the total is
+split over the queries with :func:`~transforms.mechanisms.accounting.split_budget` (explicit shares,
+the rest evenly), so an overspend fails before anything else, with the numbers; then each query's
+share is divided between partition selection and its statistic, and the mechanisms are calibrated.
+
+Rules for a query's share (what the manifest records under ``selection`` and ``statistic``):
+
+* Public partitions or no ``by``: the whole share goes to the statistic.
+* Private partitions, Laplace noise, (ε, δ) share: ``LaplaceThresholding`` on the person count
+  with ε/2 and all of δ; the statistic gets the other ε/2. For metric ``persons`` the thresholding's
+  own noisy count *is* the released value, so selection takes the whole ε and no other noise is
+  drawn (``QueryPlan.releases_selection_count``).
+* Private partitions, Gaussian noise, (ε, δ) share: ρ = ``zcdp_budget_for((ε, δ/2))``;
+  ``GaussianThresholding`` with ρ/2 and δ/2; the statistic gets ρ/2. The whole is ρ-zCDP → (ε, δ/2)
+  for the counts plus δ/2 for the selection: (ε, δ)-DP.
+* zCDP total (ρ, plus a δ for selection): ``GaussianThresholding`` with ρ/2 and the query's δ; the
+  statistic gets ρ/2 (Gaussian, or Laplace with the largest ε such that ε²/2 ≤ its ρ).
+* ``mean``: the statistic's budget is split evenly between the centred sum and the row count.
+
+Sensitivities follow docs/release-job-contracts.md; bounds are widened to the fixed-point grid
+(``transforms.params.quantum_exponent``) when they are not on it, so rounding cannot exceed them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import metadata
+from typing import Any, cast
+
+from transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    BudgetExceededError,
+    PureDP,
+    compose,
+    split_budget,
+    zcdp_budget_for,
+)
+from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from transforms.mechanisms.partition_selection import GaussianThresholding, LaplaceThresholding
+from transforms.params import (
+    BoundingParams,
+    Metric,
+    NoiseMechanism,
+    ReleaseParams,
+    SelectionRule,
+    quantum_exponent,
+)
+
+from .config import ConfigError, JobConfig, QueryConfig
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Add/remove one person: change of one partition's statistic, L1 and L2 over partitions."""
+
+    per_partition: float
+    l1: float
+    l2: float
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One query, planned. ``stddev``/``error95`` are of the released statistic's noise; for
+    ``mean`` they are of the noisy centred sum, ``count_stddev`` of the noisy row count, and
+    :meth:`mean_stddev` gives the first-order stddev of the mean at n rows."""
+
+    params: ReleaseParams
+    share: Budget  # the query's share of the total, in the total's kind (as split)
+    selection_delta: Fraction  # δ of the selection under a zCDP total (in ``share`` otherwise)
+    statistic_budget: Budget  # what the statistic's noise spends (for mean: both sums together)
+    sensitivity: Sensitivity  # of the released statistic (mean: of the centred sum)
+    count_sensitivity: Sensitivity | None  # mean only: of the row count
+    stddev: float
+    error95: float
+    count_stddev: float | None
+    releases_selection_count: bool  # persons + Laplace thresholding: its noisy count is released
+    n_public_partitions: int | None
+
+    @property
+    def name(self) -> str:
+        return self.params.name
+
+    def mean_stddev(self, rows: float) -> float:
+        """≈ stddev of a noisy mean at ``rows`` rows: √(σ_s² + h²σ_c²)/rows, h = (hi − lo)/2 (the
+        delta method with |mean − mid| ≤ h; ignores the max(1, ·) and the clamp)."""
+        if self.count_stddev is None:
+            raise ValueError(f"query {self.name!r} is not a mean")
+        b = self.params.bounding
+        h = (b.upper - b.lower) / 2
+        return math.hypot(self.stddev, h * self.count_stddev) / max(1.0, rows)
+
+    def to_manifest(self) -> dict[str, Any]:
+        p, b = self.params, self.params.bounding
+        out: dict[str, Any] = {
+            "name": p.name,
+            "metric": p.metric,
+            "by": list(b.by),
+            "value": b.value,
+            "bounds": [b.lower, b.upper] if b.value is not None else None,
+            "max_partitions_per_person": b.max_partitions_per_person,
+            "max_rows_per_partition": b.max_rows_per_partition,
+            "share": self.share.to_manifest(),
+            "partitions": "private" if p.selection else "public" if b.by else "none",
+            "n_public_partitions": self.n_public_partitions,
+            "statistic": {
+                "budget": self.statistic_budget.to_manifest(),
+                "mechanism": _describe(p.noise),
+                "sensitivity": vars(self.sensitivity),
+                "stddev": self.stddev,
+                "error95_half_width": self.error95,
+                "drawn_from": "selection noisy count" if self.releases_selection_count else "noise",
+            },
+        }
+        if p.count_noise is not None and self.count_sensitivity is not None:
+            out["statistic"]["count_mechanism"] = _describe(p.count_noise)
+            out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
+            out["statistic"]["count_stddev"] = self.count_stddev
+        out["selection"] = _describe_selection(p.selection, self.selection_delta)
+        return out
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    queries: tuple[QueryPlan, ...]
+    total: Budget
+    spent: Budget
+    total_selection_delta: Fraction  # zCDP totals only: the δ for private selection
+    spent_selection_delta: Fraction
+    config_hash: str
+
+    def to_manifest(self) -> dict[str, Any]:
+        """Public facts only: the config, the plan, the mechanisms; nothing from the data."""
+        extra = {}
+        if isinstance(self.total, ZCDP):
+            extra = {
+                "total_selection_delta": _num(self.total_selection_delta),
+                "spent_selection_delta": _num(self.spent_selection_delta),
+            }
+        return {
+            "userdp_version": userdp_version(),
+            "config_hash": self.config_hash,
+            "total": self.total.to_manifest(),
+            "spent": self.spent.to_manifest(),
+            **extra,
+            "selection_rule": "Laplace: thresholding gets ε/2 and all of δ (persons: all of ε, "
+            "its noisy count released); Gaussian: thresholding gets ρ/2 and the selection δ",
+            "queries": [q.to_manifest() for q in self.queries],
+        }
+
+
+def userdp_version() -> str:
+    try:
+        return metadata.version("userdp")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def plan_release(job: JobConfig) -> ReleasePlan:
+    """Split the budget, then plan every query. Raises ConfigError on an overspend."""
+    b = job.budget
+    total: Budget
+    if b.rho is not None:
+        total = ZCDP(b.rho)
+    elif b.delta:
+        total = ApproxDP(b.epsilon or 0, b.delta)
+    else:
+        total = PureDP(b.epsilon or 0)
+    explicit = {q.name: _explicit_share(q, total) for q in job.queries}
+    try:
+        shares = split_budget(total, explicit)
+    except BudgetExceededError as e:
+        raise ConfigError(
+            "queries[*] shares",
+            {k: str(v) for k, v in explicit.items() if v},
+            f"shares that fit in the total {total}",
+            str(e),
+            job.source,
+        ) from e
+    sel_deltas = _split_selection_delta(job, total)
+    plans = tuple(
+        _plan_query(job, i, q, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
+        for i, q in enumerate(job.queries)
+    )
+    spent = compose(*(p.share for p in plans))
+    return ReleasePlan(
+        plans,
+        total,
+        spent,
+        Fraction(b.delta or 0) if b.rho else Fraction(0),
+        sum(sel_deltas.values(), Fraction(0)),
+        job.config_hash,
+    )
+
+
+def _explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
+    if isinstance(total, ZCDP):
+        return ZCDP(q.rho) if q.rho is not None else None
+    if q.epsilon is None:
+        return None
+    return ApproxDP(q.epsilon, q.delta or 0) if isinstance(total, ApproxDP) else PureDP(q.epsilon)
+
+
+def _split_selection_delta(job: JobConfig, total: Budget) -> dict[str, Fraction]:
+    """Under a zCDP total: budget.delta over the private-partition queries (explicit, rest even)."""
+    if not isinstance(total, ZCDP) or not job.budget.delta:
+        return {}
+    private = [q for q in job.queries if q.private_partitions]
+    given = {q.name: q.delta for q in private if q.delta is not None}
+    rest = [q.name for q in private if q.delta is None]
+    left = job.budget.delta - sum(given.values(), Fraction(0))
+    if left < 0 or (rest and left == 0):
+        raise ConfigError(
+            "queries[*].delta",
+            {k: float(v) for k, v in given.items()},
+            f"delta shares summing to less than budget.delta = {float(job.budget.delta)}",
+            f"the explicit shares leave {float(left)} for {rest or 'no query'}",
+            job.source,
+        )
+    return {**given, **{name: left / len(rest) for name in rest}}
+
+
+def _plan_query(
+    job: JobConfig, i: int, q: QueryConfig, share: Budget, sel_delta: Fraction
+) -> QueryPlan:
+    L, C = q.max_partitions_per_person, q.max_rows_per_partition
+    lo, hi = q.bounds if q.bounds is not None else (0.0, 0.0)
+    bounding = BoundingParams(q.by, q.value, lo, hi, L, C)
+    keys = _read_public_keys(job, i, q) if q.partitions not in (None, "private") else None
+    private = q.private_partitions
+    laplace = q.noise == "laplace"
+    persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
+
+    needs_delta = private or (not laplace and not isinstance(share, ZCDP))
+    if needs_delta and isinstance(share, ApproxDP) and share.delta == 0:
+        raise ConfigError(
+            f"queries[{i}]",
+            str(share),
+            "a share with delta > 0",
+            "private partitions and gaussian noise need δ; the other queries' "
+            "explicit shares left none",
+            job.source,
+        )
+    selection: SelectionRule | None = None
+    stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
+    if isinstance(share, ZCDP):
+        if private:
+            selection = GaussianThresholding(share.rho / 2, sel_delta, L)
+        stat = ZCDP(share.rho / 2 if private else share.rho)
+    elif isinstance(share, ApproxDP) and not laplace:
+        rho = zcdp_budget_for(ApproxDP(share.epsilon, share.delta / 2 if private else share.delta))
+        if private:
+            selection = GaussianThresholding(rho.rho / 2, share.delta / 2, L)
+        stat = ZCDP(rho.rho / 2 if private else rho.rho)
+    else:
+        eps = share.epsilon
+        if private:
+            assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
+            selection = LaplaceThresholding(eps if persons_reuse else eps / 2, share.delta, L)
+        stat = PureDP(eps / 2 if private and not persons_reuse else eps)
+
+    sens, count_sens = _sensitivities(q, bounding)
+    parts = 2 if q.metric == "mean" else 1
+    noise = _mechanism(q.noise, stat, sens, parts)
+    count_noise = _mechanism(q.noise, stat, count_sens, parts) if count_sens else None
+    metric = cast(Metric, q.metric)
+    params = ReleaseParams(
+        q.name,
+        metric,
+        bounding,
+        noise,
+        count_noise,
+        keys,
+        selection,
+        release_selection_count=persons_reuse,
+    )
+    if persons_reuse and isinstance(selection, LaplaceThresholding):
+        stddev, err = _discrete_laplace_std(selection.scale), float(selection.scale) * LN20
+    else:
+        stddev, err = noise.std, _error95(noise)
+    return QueryPlan(
+        params=params,
+        share=share,
+        selection_delta=sel_delta,
+        statistic_budget=stat,
+        sensitivity=sens,
+        count_sensitivity=count_sens,
+        stddev=stddev,
+        error95=err,
+        count_stddev=count_noise.std if count_noise else None,
+        releases_selection_count=persons_reuse,
+        n_public_partitions=len(keys) if keys is not None else None,
+    )
+
+
+def _sensitivities(q: QueryConfig, b: BoundingParams) -> tuple[Sensitivity, Sensitivity | None]:
+    L, C = b.max_partitions_per_person, b.max_rows_per_partition
+    rows = _sens(Fraction(C), L)
+    if q.metric == "persons":
+        return _sens(Fraction(1), L), None
+    if q.metric == "count":
+        return rows, None
+    g = Fraction(2) ** quantum_exponent(b.lower, b.upper)
+    lo, hi = Fraction(b.lower), Fraction(b.upper)  # the clamp's exact binary values
+    on_grid = all((x / g).denominator == 1 for x in (lo, hi, (lo + hi) / 2))
+    margin = 0 if on_grid else g  # rounding to the grid may step one quantum past a bound
+    if q.metric == "sum":
+        return _sens(C * (max(abs(lo), abs(hi)) + margin), L), None
+    return _sens(C * ((hi - lo) / 2 + margin), L), rows
+
+
+def _sens(per_partition: Fraction, L: int) -> Sensitivity:
+    # Rounded up to floats: a mechanism calibrated to a larger sensitivity is still private.
+    l2 = math.sqrt(L) * float(per_partition)
+    while Fraction(l2) ** 2 < L * per_partition**2:
+        l2 = math.nextafter(l2, math.inf)
+    return Sensitivity(_up(per_partition), _up(per_partition * L), l2)
+
+
+def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> NoiseMechanism:
+    if isinstance(stat, PureDP):
+        return LaplaceMechanism(sens.l1, _down(stat.epsilon / parts))
+    assert isinstance(stat, ZCDP)
+    rho = stat.rho / parts
+    if noise == "gaussian":
+        return GaussianMechanism(sens.l2, _down(rho))
+    eps = math.sqrt(2 * float(rho))  # Laplace under zCDP: ε-DP is ε²/2-zCDP, so ε²/2 ≤ ρ
+    while Fraction(eps) ** 2 / 2 > rho:
+        eps = math.nextafter(eps, 0.0)
+    return LaplaceMechanism(sens.l1, eps)
+
+
+def _error95(m: NoiseMechanism) -> float:
+    return m.scale * LN20 if isinstance(m, LaplaceMechanism) else Z95 * m.std
+
+
+def _discrete_laplace_std(scale: Fraction) -> float:
+    q = math.exp(-1 / float(scale))
+    return math.sqrt(2 * q) / (1 - q)
+
+
+def _read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> tuple[tuple[object, ...], ...]:
+    path, key = str(q.partitions), f"queries[{i}].partitions"
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            if path.lower().endswith(".json"):
+                raw = json.load(f)
+                rows = [_json_key(r, q.by) for r in raw] if isinstance(raw, list) else None
+            else:
+                reader = csv.DictReader(f)
+                if reader.fieldnames is None or set(q.by) - set(reader.fieldnames):
+                    raise ConfigError(
+                        key,
+                        path,
+                        f"a CSV whose header has the by columns {list(q.by)}",
+                        f"its header is {reader.fieldnames}",
+                        job.source,
+                    )
+                rows = [tuple(r[c] for c in q.by) for r in reader]
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(
+            key, path, "a readable CSV or JSON file of public keys", str(e), job.source
+        ) from e
+    if not rows or any(r is None for r in rows):
+        raise ConfigError(
+            key,
+            path,
+            f"a non-empty list of keys for by = {list(q.by)}",
+            "JSON: a list of values, lists or objects; CSV: a header row of the by "
+            "columns, then one key per row",
+            job.source,
+        )
+    return tuple(dict.fromkeys(r for r in rows if r is not None))
+
+
+def _json_key(r: Any, by: tuple[str, ...]) -> tuple[object, ...] | None:
+    if isinstance(r, dict) and set(r) == set(by):
+        return tuple(r[c] for c in by)
+    if isinstance(r, list) and len(r) == len(by):
+        return tuple(r)
+    return (r,) if len(by) == 1 and isinstance(r, (str, int, float)) else None
+
+
+def _describe(m: NoiseMechanism) -> dict[str, Any]:
+    if isinstance(m, LaplaceMechanism):
+        return {
+            "kind": "laplace",
+            "epsilon": m.epsilon,
+            "l1_sensitivity": m.l1_sensitivity,
+            "scale": m.scale,
+            "granularity": m.granularity,
+            "stddev": m.std,
+        }
+    return {
+        "kind": "gaussian",
+        "rho": m.rho,
+        "l2_sensitivity": m.l2_sensitivity,
+        "stddev": m.std,
+        "granularity": m.granularity,
+    }
+
+
+def _describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
+    if isinstance(s, LaplaceThresholding):
+        return {
+            "rule": "laplace_thresholding",
+            "epsilon": _num(s.epsilon),
+            "delta": _num(s.delta),
+            "max_partitions_per_person": s.max_partitions_per_person,
+            "scale": _num(s.scale),
+            "threshold": s.threshold,
+            "delta_achieved": str(s.delta_achieved),
+        }
+    if isinstance(s, GaussianThresholding):
+        return {
+            "rule": "gaussian_thresholding",
+            "rho": _num(s.rho),
+            "delta": _num(s.delta),
+            "max_partitions_per_person": s.max_partitions_per_person,
+            "sigma2": _num(s.sigma2),
+            "threshold": s.threshold,
+            "delta_achieved": str(s.delta_achieved),
+        }
+    return None
+
+
+def _num(x: Fraction) -> dict[str, Any]:
+    return {"value": float(x), "exact": str(x)}
+
+
+def _up(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _down(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)

@@ -1,0 +1,55 @@
+"""`userdp plan`: prints the split and the noise without data; exit 2 on a bad job file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import COMMANDS, main
+from tests.pipelines.test_config import EXAMPLE
+
+ROOT = EXAMPLE.parents[1]
+
+
+def test_plan_prints_split_mechanisms_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "budget: total (ε=1, δ=1e-06); spent (ε=1, δ=1e-06)" in out
+    assert "visits_per_domain: count by domain; share (ε=0.5, δ=5e-07)" in out
+    assert "selection: LaplaceThresholding ε=0.25, δ=5e-07" in out
+    assert "count: Laplace ε=0.25, L1 sens 15" in out and "95% error ±179.7" in out
+    assert "mean_duration_per_domain: mean by domain" in out and "rows: stddev" in out
+
+
+def test_plan_bad_job_exits_2_with_the_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "job.toml"
+    bad.write_text(EXAMPLE.read_text().replace("[0.0, 600.0]", "[600.0, 0.0]"))
+    assert main(["plan", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "queries[1].bounds = [600.0, 0.0]: expected [lower, upper]" in err
+    assert str(bad) in err
+
+
+def test_only_existing_commands_are_registered() -> None:
+    assert set(COMMANDS) == {"plan"}
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(EXAMPLE)])
+    assert e.value.code == 2
+
+
+def test_console_module_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "plan", str(EXAMPLE)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "spent (ε=1, δ=1e-06)" in proc.stdout

@@ -1,0 +1,208 @@
+"""Job-file parsing: the contract keys, exact budgets, and one ConfigError per misuse."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.config import ConfigError, load_job, parse_job
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "browsing_job.toml"
+
+
+def job(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "input": {"path": "logs/*.parquet", "person": "person_id"},
+        "budget": {"epsilon": 1.0, "delta": 1e-6},
+        "output": {"path": "release/"},
+        "queries": [
+            {
+                "name": "visits",
+                "metric": "count",
+                "by": ["domain"],
+                "max_partitions_per_person": 5,
+                "max_rows_per_partition": 3,
+            },
+            {
+                "name": "mean_duration",
+                "metric": "mean",
+                "by": ["domain"],
+                "value": "duration_s",
+                "bounds": [0.0, 600.0],
+                "max_partitions_per_person": 5,
+                "max_rows_per_partition": 3,
+            },
+        ],
+    }
+    for k, v in overrides.items():
+        base[k] = v
+    return copy.deepcopy(base)
+
+
+def query(i: int = 0, **changes: Any) -> dict[str, Any]:
+    j = job()
+    j["queries"][i].update(changes)
+    for k, v in changes.items():
+        if v is None:
+            del j["queries"][i][k]
+    return j
+
+
+def test_example_job_loads(tmp_path: Path) -> None:
+    cfg = load_job(EXAMPLE)
+    assert cfg.input.format == "parquet"
+    assert cfg.input.path == str(EXAMPLE.parent / "data/*.parquet")
+    assert cfg.output.path == str(EXAMPLE.parent / "release") + "/"
+    assert cfg.budget.epsilon == 1 and cfg.budget.delta == Fraction(1, 10**6)
+    assert cfg.runner.name == "direct" and dict(cfg.runner.options) == {}
+    assert [q.name for q in cfg.queries] == ["visits_per_domain", "mean_duration_per_domain"]
+    assert cfg.queries[1].partitions == "private"  # the default with `by`
+    assert cfg.queries[1].bounds == (0.0, 600.0) and cfg.queries[0].noise == "laplace"
+    assert len(cfg.config_hash) == 64
+    # The hash does not depend on where the job file lives.
+    moved = tmp_path / "job.toml"
+    moved.write_text(EXAMPLE.read_text())
+    assert load_job(moved).config_hash == cfg.config_hash
+
+
+def test_budget_floats_are_read_as_written(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("epsilon = 1.0", "epsilon = 0.1")
+    p = tmp_path / "j.toml"
+    p.write_text(text)
+    cfg = load_job(p)
+    assert cfg.budget.epsilon == Fraction(1, 10)
+    assert cfg.budget.delta == Fraction(1, 10**6)
+    assert parse_job(job(budget={"epsilon": 0.3, "delta": 1e-6})).budget.epsilon == Fraction(3, 10)
+
+
+def test_hash_changes_with_the_config() -> None:
+    a = parse_job(job())
+    b = parse_job(job(budget={"epsilon": 2.0, "delta": 1e-6}))
+    assert a.config_hash != b.config_hash
+    assert parse_job(job()).config_hash == a.config_hash
+
+
+def test_defaults_and_inference() -> None:
+    j = job(input={"path": "x/part-0.JSON", "person": "p"}, budget={"rho": 0.5, "delta": 1e-6})
+    cfg = parse_job(j)
+    assert cfg.input.format == "jsonl" and cfg.budget.rho == Fraction(1, 2)
+    assert all(q.noise == "gaussian" for q in cfg.queries)
+    cfg = parse_job(query(0, by=None, max_partitions_per_person=None))
+    assert cfg.queries[0].by == () and cfg.queries[0].partitions is None
+    assert cfg.queries[0].max_partitions_per_person == 1
+    cfg = parse_job(job(input={"path": "logs/", "person": "p", "format": "avro"}))
+    assert cfg.input.format == "avro"
+
+
+def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
+    cfg = parse_job(query(0, partitions="keys.csv"), base_dir=tmp_path)
+    assert cfg.queries[0].partitions == str(tmp_path / "keys.csv")
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (job(input=None), r"input = \(missing\): expected a \[input\] table"),
+        (job(input={"person": "p"}), r"input\.path = \(missing\)"),
+        (job(input={"path": "a.parquet"}), r"input\.person"),
+        (job(input={"path": "a.parquet", "person": 3}), r"input\.person = 3: expected a non-emp"),
+        (job(input={"path": "logs/", "person": "p"}), r"input\.format.*cannot infer"),
+        (job(input={"path": "a.txt", "person": "p", "format": "xls"}), r"one of parquet, avro"),
+        (
+            job(input={"path": "a.csv", "person": "p", "person_typ": "int"}),
+            r"input\.person_typ = 'int': expected one of the keys path, format, person, person_t",
+        ),
+        (job(input={"path": "a.csv", "person": "p", "person_type": "float"}), r"string, int"),
+        (job(budgett={}), r"budgett.*expected one of the keys input, budget"),
+        (job(budget={}), r"budget\.epsilon = \(missing\)"),
+        (job(budget={"epsilon": 1.0, "rho": 0.5}), r"budget = .*epsilon \(\+ delta\) or rho"),
+        (job(budget={"epsilon": "1"}), r"budget\.epsilon = '1': expected a finite number > 0"),
+        (job(budget={"epsilon": 0}), r"budget\.epsilon = 0"),
+        (job(budget={"epsilon": float("inf")}), r"budget\.epsilon = inf"),
+        (job(budget={"epsilon": True}), r"budget\.epsilon = True"),
+        (job(budget={"epsilon": 1.0, "delta": 1.5}), r"budget\.delta = 1\.5: expected a number in"),
+        (
+            job(runner={"name": "spark"}),
+            r"runner\.name = 'spark': expected one of direct, portable",
+        ),
+        (job(runner={"options": 3}), r"runner\.options = 3: expected a table"),
+        (job(output={"path": "r/", "format": "xml"}), r"output\.format = 'xml'"),
+        (job(queries=[]), r"queries = \[\]: expected one or more"),
+        (
+            query(1, metric="median"),
+            r"queries\[1\]\.metric = 'median': expected one of count, pers",
+        ),
+        (query(0, name="a/b"), r"queries\[0\]\.name = 'a/b'"),
+        (query(0, name="manifest"), r"queries\[0\]\.name = 'manifest'"),
+        (query(0, colour="red"), r"queries\[0\]\.colour.*unknown key"),
+        (query(0, max_rows_per_partition=0), r"queries\[0\]\.max_rows_per_partition = 0: .*≥ 1"),
+        (query(0, max_partitions_per_person=0), r"queries\[0\]\.max_partitions_per_person = 0"),
+        (query(0, max_partitions_per_person=2.5), r"max_partitions_per_person = 2\.5"),
+        (query(0, max_partitions_per_person=None), r"max_partitions_per_person = \(missing\)"),
+        (query(0, by=None), r"queries\[0\]\.max_partitions_per_person = 5: expected 1 for a q"),
+        (query(0, by=["d", "d"]), r"queries\[0\]\.by = \['d', 'd'\]: expected distinct"),
+        (query(0, by=[1]), r"queries\[0\]\.by = \[1\]: expected a list of column names"),
+        (query(1, bounds=None), r"queries\[1\]\.bounds = \(missing\).*lower < upper"),
+        (query(1, value=None), r"queries\[1\]\.value = \(missing\)"),
+        (query(1, bounds=[600.0, 0.0]), r"queries\[1\]\.bounds = \[600\.0, 0\.0\]"),
+        (query(1, bounds=[0.0, 0.0]), r"queries\[1\]\.bounds"),
+        (query(1, bounds=[0.0, float("inf")]), r"queries\[1\]\.bounds = \[0\.0, inf\]"),
+        (query(1, bounds=[0.0, "9"]), r"queries\[1\]\.bounds"),
+        (query(1, bounds=[0.0]), r"queries\[1\]\.bounds = \[0\.0\]"),
+        (query(0, bounds=[0.0, 1.0]), r"queries\[0\]\.bounds.*no bounds for metric 'count'"),
+        (query(0, value="x"), r"queries\[0\]\.value = 'x'"),
+        (query(0, noise="exponential"), r"queries\[0\]\.noise = 'exponential'"),
+        (query(0, partitions=""), r"queries\[0\]\.partitions"),
+        (
+            query(0, by=None, max_partitions_per_person=None, partitions="private"),
+            r"queries\[0\]\.partitions = 'private': expected no partitions",
+        ),
+        (query(1, name="VISITS"), r"queries\[1\]\.name = 'VISITS'.*queries\[0\] has the same"),
+        (query(0, rho=0.1), r"queries\[0\]\.rho = 0\.1: expected shares of the total's kind"),
+        (query(0, delta=1e-7), r"queries\[0\]\.epsilon = \(missing\).*next to the delta"),
+        (query(0, epsilon=0.5), r"queries\[0\]\.partitions = 'private': expected a delta > 0"),
+        (job(budget={"epsilon": 1.0}), r"queries\[0\]\.partitions = 'private'.*public keys"),
+        (job(budget={"rho": 0.5}), r"queries\[0\]\.partitions = 'private'.*give delta"),
+        (
+            job(
+                budget={"epsilon": 1.0},
+                queries=[
+                    {
+                        "name": "n",
+                        "metric": "count",
+                        "max_rows_per_partition": 1,
+                        "noise": "gaussian",
+                    }
+                ],
+            ),
+            r"queries\[0\]\.noise",
+        ),
+    ],
+)
+def test_misuse_raises_config_error(raw: dict[str, Any], match: str) -> None:
+    raw = {k: v for k, v in raw.items() if v is not None}
+    with pytest.raises(ConfigError, match=match):
+        parse_job(raw, source="job.toml")
+
+
+def test_error_message_names_source_value_allowed_and_hint() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_job(query(1, bounds=[5.0, 1.0]), source="job.toml")
+    e = info.value
+    assert isinstance(e, ValueError)
+    assert (e.key, e.value) == ("queries[1].bounds", [5.0, 1.0])
+    assert str(e).startswith("job.toml: queries[1].bounds = [5.0, 1.0]: expected [lower, upper]")
+    assert "choose them without looking at the data" in str(e)
+
+
+def test_load_job_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="an existing TOML file"):
+        load_job(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[input\npath = 1")
+    with pytest.raises(ConfigError, match="valid TOML"):
+        load_job(bad)

@@ -1,0 +1,197 @@
+"""Planning: budget split, sensitivities, calibration, and the manifest (no data is read)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.config import ConfigError, load_job, parse_job
+from pipelines.plan import LN20, Z95, plan_release
+from tests.pipelines.test_config import EXAMPLE, job, query
+from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from transforms.mechanisms.partition_selection import GaussianThresholding, LaplaceThresholding
+
+EPS_HALF = ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))
+
+
+def test_example_plan_split_and_sensitivities() -> None:
+    plan = plan_release(load_job(EXAMPLE))  # data/ does not exist: nothing is read
+    assert plan.total == ApproxDP(1, Fraction(1, 10**6))
+    assert plan.spent == plan.total  # every query takes its even share
+    count, mean = plan.queries
+    assert count.share == mean.share == EPS_HALF
+
+    # count, private, Laplace: selection ε/2 with all of δ, statistic ε/2; rows: C, L·C, √L·C.
+    sel = count.params.selection
+    assert isinstance(sel, LaplaceThresholding)
+    assert (sel.epsilon, sel.delta, sel.max_partitions_per_person) == (
+        Fraction(1, 4),
+        Fraction(1, 2 * 10**6),
+        5,
+    )
+    assert count.statistic_budget == PureDP(Fraction(1, 4))
+    assert (count.sensitivity.per_partition, count.sensitivity.l1) == (3, 15)
+    assert count.sensitivity.l2 == pytest.approx(3 * math.sqrt(5), rel=1e-15)
+    assert count.sensitivity.l2 >= 3 * math.sqrt(5)
+    noise = count.params.noise
+    assert isinstance(noise, LaplaceMechanism) and noise == LaplaceMechanism(15, 0.25)
+    assert noise.scale == pytest.approx(60, rel=1e-9)
+    assert count.error95 == pytest.approx(60 * math.log(20), rel=1e-9)
+    assert count.stddev == pytest.approx(60 * math.sqrt(2), rel=1e-6)
+
+    # mean: centred sum C·(hi−lo)/2 = 900 per partition, 4500 L1; the statistic's ε/2 = 1/4 is
+    # split evenly: 1/8 for the centred sum and 1/8 for the row count.
+    assert mean.statistic_budget == PureDP(Fraction(1, 4))
+    assert (mean.sensitivity.per_partition, mean.sensitivity.l1) == (900, 4500)
+    assert mean.count_sensitivity is not None and mean.count_sensitivity.l1 == 15
+    assert mean.params.noise == LaplaceMechanism(4500, 0.125)
+    assert mean.params.count_noise == LaplaceMechanism(15, 0.125)
+    assert mean.stddev == pytest.approx(36000 * math.sqrt(2), rel=1e-6)
+    assert mean.count_stddev == pytest.approx(120 * math.sqrt(2), rel=1e-6)
+    assert mean.mean_stddev(100) == pytest.approx(
+        math.hypot(mean.stddev, 300 * (mean.count_stddev or 0.0)) / 100
+    )
+
+
+def test_persons_with_laplace_selection_releases_the_thresholding_count() -> None:
+    plan = plan_release(parse_job(query(0, metric="persons", max_rows_per_partition=None)))
+    q = plan.queries[0]
+    sel = q.params.selection
+    assert q.releases_selection_count
+    assert isinstance(sel, LaplaceThresholding) and sel.epsilon == Fraction(1, 2)  # all of ε
+    assert sel.scale == 10  # L/ε
+    r = math.exp(-1 / 10)
+    assert q.stddev == pytest.approx(math.sqrt(2 * r) / (1 - r))
+    assert q.error95 == pytest.approx(10 * LN20)
+    assert (q.sensitivity.per_partition, q.sensitivity.l1) == (1, 5)
+
+
+def test_zcdp_total_gaussian_selection_and_delta_split() -> None:
+    plan = plan_release(parse_job(job(budget={"rho": 0.5, "delta": 1e-6})))
+    assert plan.total == plan.spent == ZCDP(Fraction(1, 2))
+    assert plan.spent_selection_delta == plan.total_selection_delta == Fraction(1, 10**6)
+    q = plan.queries[0]
+    sel = q.params.selection
+    assert isinstance(sel, GaussianThresholding)
+    assert (sel.rho, sel.delta) == (Fraction(1, 8), Fraction(1, 2 * 10**6))
+    assert q.statistic_budget == ZCDP(Fraction(1, 8))
+    assert q.params.noise == GaussianMechanism(q.sensitivity.l2, 0.125)
+    assert q.stddev == pytest.approx(3 * math.sqrt(5) / math.sqrt(0.25), rel=1e-9)
+    assert q.error95 == pytest.approx(Z95 * q.stddev)
+
+
+def test_laplace_under_zcdp_uses_epsilon_with_eps2_over_2_at_most_rho() -> None:
+    raw = query(0, by=None, max_partitions_per_person=None, noise="laplace")
+    q = plan_release(parse_job({**raw, "budget": {"rho": 0.5, "delta": 1e-6}})).queries[0]
+    noise = q.params.noise
+    assert isinstance(noise, LaplaceMechanism)
+    assert Fraction(noise.epsilon) ** 2 / 2 <= Fraction(1, 4)
+    assert noise.epsilon == pytest.approx(math.sqrt(0.5), rel=1e-15)
+
+
+def test_gaussian_under_approx_total() -> None:
+    raw = query(0, noise="gaussian", partitions=None, by=None, max_partitions_per_person=None)
+    plan = plan_release(parse_job(raw))
+    q = plan.queries[0]
+    rho = zcdp_budget_for(EPS_HALF)
+    assert q.statistic_budget == rho and q.params.selection is None
+    assert q.params.noise == GaussianMechanism(3.0, float(rho.rho))
+    # private: ρ for (ε, δ/2), selection ρ/2 and δ/2
+    q = plan_release(parse_job(query(0, noise="gaussian"))).queries[0]
+    rho = zcdp_budget_for(ApproxDP(Fraction(1, 2), Fraction(1, 4 * 10**6)))
+    sel = q.params.selection
+    assert isinstance(sel, GaussianThresholding)
+    assert (sel.rho, sel.delta) == (rho.rho / 2, Fraction(1, 4 * 10**6))
+
+
+def test_explicit_shares_and_exact_remainder() -> None:
+    plan = plan_release(parse_job(query(0, epsilon=0.4, delta=2e-7)))
+    assert plan.queries[0].share == ApproxDP(Fraction(2, 5), Fraction(2, 10**7))
+    assert plan.queries[1].share == ApproxDP(Fraction(3, 5), Fraction(8, 10**7))
+    assert plan.spent == plan.total
+
+
+def test_overspent_shares_name_the_queries() -> None:
+    raw = query(0, epsilon=0.7, delta=1e-7)
+    raw["queries"][1].update(epsilon=0.6, delta=1e-7)
+    with pytest.raises(ConfigError, match=r"visits.*mean_duration.*over by ε=0\.3"):
+        plan_release(parse_job(raw))
+    raw = query(0, epsilon=1.0, delta=1e-7)  # leaves ε = 0 for the other query
+    with pytest.raises(ConfigError, match=r"leaves nothing.*mean_duration"):
+        plan_release(parse_job(raw))
+    raw = query(0, epsilon=0.5, delta=1e-6)  # all of δ: the private query 1 would get δ = 0
+    with pytest.raises(ConfigError, match=r"queries\[1\] = '\(ε=0\.5, δ=0\)'.*delta > 0"):
+        plan_release(parse_job(raw))
+    raw = query(0, delta=2e-6)
+    with pytest.raises(ConfigError, match=r"queries\[\*\]\.delta.*budget\.delta"):
+        plan_release(parse_job({**raw, "budget": {"rho": 0.5, "delta": 1e-6}}))
+
+
+def test_no_by_is_one_partition_without_selection() -> None:
+    raw = query(1, by=None, max_partitions_per_person=None)
+    q = plan_release(parse_job(raw)).queries[1]
+    assert q.params.selection is None and q.params.public_partitions is None
+    assert q.params.bounding.max_partitions_per_person == 1
+    assert (q.sensitivity.l1, q.sensitivity.l2) == (900, 900)
+
+
+def test_sum_sensitivity_is_c_times_max_abs_bound() -> None:
+    raw = query(1, metric="sum", bounds=[-50.0, 20.0], by=None, max_partitions_per_person=None)
+    q = plan_release(parse_job(raw)).queries[1]
+    assert q.sensitivity.per_partition == 150 and q.count_sensitivity is None
+    # Bounds off the fixed-point grid are widened by at most one quantum.
+    raw = query(1, metric="sum", bounds=[0.1, 0.7], by=None, max_partitions_per_person=None)
+    s = plan_release(parse_job(raw)).queries[1].sensitivity.per_partition
+    assert 3 * 0.7 < s < 3 * 0.7 * (1 + 1e-11)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json_lists", "json_scalars", "json_objects"])
+def test_public_partitions_from_file(tmp_path: Path, fmt: str) -> None:
+    keys = ["a.com", "b.org", "a.com"]
+    body: dict[str, Any] = {
+        "csv": "domain\n" + "\n".join(keys) + "\n",
+        "json_lists": json.dumps([[k] for k in keys]),
+        "json_scalars": json.dumps(keys),
+        "json_objects": json.dumps([{"domain": k} for k in keys]),
+    }
+    name = "keys.csv" if fmt == "csv" else "keys.json"
+    (tmp_path / name).write_text(body[fmt])
+    plan = plan_release(parse_job(query(0, partitions=name), base_dir=tmp_path))
+    q = plan.queries[0]
+    assert q.params.public_partitions == (("a.com",), ("b.org",))
+    assert q.params.selection is None and q.n_public_partitions == 2
+    assert q.params.noise == LaplaceMechanism(15, 0.5)  # the whole ε: no selection
+
+
+def test_bad_public_key_files(tmp_path: Path) -> None:
+    (tmp_path / "k.csv").write_text("site\nx\n")
+    (tmp_path / "e.json").write_text("[]")
+    cases = [("nope.csv", "readable"), ("k.csv", "header has the by"), ("e.json", "non-empty")]
+    for name, match in cases:
+        with pytest.raises(ConfigError, match=rf"queries\[0\]\.partitions.*{match}"):
+            plan_release(parse_job(query(0, partitions=name), base_dir=tmp_path))
+
+
+def test_manifest_is_public_json() -> None:
+    cfg = load_job(EXAMPLE)
+    plan = plan_release(cfg)
+    m = plan.to_manifest()
+    text = json.dumps(m, allow_nan=False)
+    assert json.loads(text) == m
+    assert plan_release(load_job(EXAMPLE)).to_manifest() == m  # a function of the config alone
+    assert m["config_hash"] == cfg.config_hash and m["userdp_version"]
+    assert m["total"]["epsilon_exact"] == "1" and m["spent"] == m["total"]
+    q0 = m["queries"][0]
+    assert q0["selection"]["rule"] == "laplace_thresholding"
+    assert q0["selection"]["threshold"] == plan.queries[0].params.selection.threshold  # type: ignore[union-attr]
+    assert q0["selection"]["delta"]["exact"] == "1/2000000"
+    assert q0["statistic"]["sensitivity"]["l1"] == 15
+    assert m["queries"][1]["bounds"] == [0.0, 600.0]
+    # Operator-only paths (input, dead letters) and anything from the data stay out.
+    assert cfg.input.path not in text and "rejected" not in text and "person_id" not in text
