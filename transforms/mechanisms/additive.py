@@ -49,16 +49,23 @@ def _finite_positive(x: float | int | Fraction, name: str, hint: str) -> Fractio
     return f
 
 
-def _round_to_grid(x: float, k: int) -> int:
-    """round(x / 2^k) exactly (ties to even), for a finite float x."""
-    if not math.isfinite(x):
-        raise ValueError(f"cannot add noise to a non-finite value {x!r}; clamp values first")
-    if k <= 0 and math.frexp(x)[1] - k < 1024:
-        return round(math.ldexp(x, -k))  # scaling by 2^−k ≥ 1 without overflow is exact
+def _round_to_grid(x: float | Fraction, k: int) -> int:
+    """round(x / 2^k) exactly (ties to even), for a finite float, an int or a Fraction.
+
+    Exact statistics (e.g. fixed-point sums as Fractions) are rounded without passing through a
+    float, so two neighbouring statistics are never moved apart by a float rounding step.
+    """
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError(f"cannot add noise to a non-finite value {x!r}; clamp values first")
+        if k <= 0 and math.frexp(x)[1] - k < 1024:
+            return round(math.ldexp(x, -k))  # scaling by 2^−k ≥ 1 without overflow is exact
+    elif isinstance(x, bool) or not isinstance(x, (int, Fraction)):
+        raise TypeError(f"the value must be a float, int or Fraction, got {type(x).__name__}")
     return round(Fraction(x) / Fraction(2) ** k)
 
 
-def _noisy(value: float, k: int, noise: int) -> float:
+def _noisy(value: float | Fraction, k: int, noise: int) -> float:
     """(round(value/2^k) + noise)·2^k as a float: post-processing of an exact integer."""
     n = _round_to_grid(value, k) + noise
     if k < 0 and abs(n) >= 1 << 53:
@@ -78,7 +85,7 @@ def _check_scalar(dimension: int) -> None:
         raise ValueError(f"this mechanism is for vectors of {dimension} values; use release_vector")
 
 
-def _check_vector(dimension: int, values: Sequence[float]) -> None:
+def _check_vector(dimension: int, values: Sequence[float | Fraction]) -> None:
     if len(values) != dimension:
         raise ValueError(f"expected a vector of {dimension} values, got {len(values)}")
 
@@ -130,11 +137,11 @@ class LaplaceMechanism:
         rate = 1.0 / float(self._grid_scale)  # Var = 2q/(1−q)², q = e^−rate; expm1 avoids
         return math.sqrt(2.0 * math.exp(-rate)) / -math.expm1(-rate) * self.granularity
 
-    def release(self, value: float, rng: KeyedRng) -> float:
+    def release(self, value: float | Fraction, rng: KeyedRng) -> float:
         _check_scalar(self.dimension)
         return _noisy(value, self._k, discrete_laplace(rng, self._grid_scale))
 
-    def release_vector(self, values: Sequence[float], rng: KeyedRng) -> list[float]:
+    def release_vector(self, values: Sequence[float | Fraction], rng: KeyedRng) -> list[float]:
         _check_vector(self.dimension, values)
         return [_noisy(v, self._k, discrete_laplace(rng, self._grid_scale)) for v in values]
 
@@ -175,11 +182,11 @@ class GaussianMechanism:
         """σ of the noise on one coordinate in value units (the discrete Gaussian's is ≤ σ)."""
         return math.sqrt(float(self._grid_sigma2)) * self.granularity
 
-    def release(self, value: float, rng: KeyedRng) -> float:
+    def release(self, value: float | Fraction, rng: KeyedRng) -> float:
         _check_scalar(self.dimension)
         return _noisy(value, self._k, discrete_gaussian(rng, self._grid_sigma2))
 
-    def release_vector(self, values: Sequence[float], rng: KeyedRng) -> list[float]:
+    def release_vector(self, values: Sequence[float | Fraction], rng: KeyedRng) -> list[float]:
         _check_vector(self.dimension, values)
         return [_noisy(v, self._k, discrete_gaussian(rng, self._grid_sigma2)) for v in values]
 

@@ -1,0 +1,297 @@
+"""Contribution bounding and per-partition sufficient statistics for one shard of persons.
+
+Pure numpy/pyarrow, no Beam: :func:`bound_and_aggregate` takes an Arrow table holding *all* rows of
+some set of persons (one person shard, see :class:`transforms.aggregate.ShardByPerson`) and returns
+:class:`PartitionStats` per partition key, after
+
+1. keeping at most L = ``max_partitions_per_person`` partitions per person,
+2. keeping at most C = ``max_rows_per_partition`` rows per (person, partition),
+3. clamping values to [lower, upper] (±inf included),
+
+so that adding or removing one person changes the statistics by at most the sensitivities in
+``docs/release-job-contracts.md`` §2.
+
+Which partitions and rows a person keeps **depends only on the person's own rows** and the bounding
+key: a person's partitions are ranked by a keyed hash of (person, partition) and the first L kept;
+within a kept (person, partition) its rows are ranked by a keyed hash of (person, partition,
+clamped value) and the first C kept. Ties are broken by the partition key / clamped value, so the
+choice is a function of the person's multiset of rows: the same data gives the same statistics
+whatever the row order, the split into tables, a Beam retry or another person's presence.
+The keyed hash (BLAKE2b keyed with the 32-byte bounding key per distinct value, combined with the
+splitmix64 finaliser) is not used as privacy noise: any deterministic rule of the person's own rows
+would keep the neighbouring relation; the key only stops an outsider from predicting which rows
+are dropped.
+
+Fixed point: a kept value v contributes round(v/2^q) to ``sum_q`` and round((v − mid)/2^q) to
+``centred_sum_q`` (q = ``BoundingParams.quantum``, mid = (lower + upper)/2, ties to even), each
+clipped so that |contribution|·2^q never exceeds max(|lower|, |upper|), resp. (upper − lower)/2:
+rounding cannot inflate the sensitivity. Sums are exact Python ints; the vectorised partial sums are
+exact for shards of fewer than 2^33 rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .params import BoundingParams
+
+PERSON_COLUMN = "__person__"
+BOUNDING_KEY_BYTES = 32
+
+PartitionKey = tuple[Any, ...]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+
+_SPLIT_BITS = 20  # fixed-point values (|x| ≤ 2^41) are summed as two halves of ≤ 21 bits each
+
+
+class PartitionStats(NamedTuple):
+    """Sufficient statistics of one partition after bounding (exact ints; see module docstring)."""
+
+    persons: int
+    rows: int
+    sum_q: int
+    centred_sum_q: int
+
+    def add(self, other: PartitionStats) -> PartitionStats:
+        return PartitionStats(
+            self.persons + other.persons,
+            self.rows + other.rows,
+            self.sum_q + other.sum_q,
+            self.centred_sum_q + other.centred_sum_q,
+        )
+
+
+ZERO_STATS = PartitionStats(0, 0, 0, 0)
+
+
+def check_bounding_key(key: bytes) -> None:
+    if not isinstance(key, bytes) or len(key) != BOUNDING_KEY_BYTES:
+        raise ValueError(
+            f"the bounding key must be {BOUNDING_KEY_BYTES} bytes, got "
+            f"{len(key) if isinstance(key, bytes) else type(key).__name__}; "
+            "the launcher derives it from the release secret"
+        )
+
+
+# --- hashing ----------------------------------------------------------------------------------
+
+
+def splitmix64(x: U64) -> U64:
+    """The splitmix64 finaliser, elementwise (uint64 arithmetic wraps, as intended)."""
+    z = x + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: U64 = z ^ (z >> np.uint64(31))
+    return out
+
+
+def _mix(a: U64, b: U64) -> U64:
+    """An order-sensitive combination of two 64-bit hashes."""
+    return splitmix64(a ^ splitmix64(b))
+
+
+def _value_bytes(v: object) -> bytes:
+    """Type-tagged bytes of one distinct column value (injective within a column)."""
+    if isinstance(v, str):
+        return b"s" + v.encode("utf-8")
+    if isinstance(v, bytes):
+        return b"y" + v
+    if isinstance(v, bool):
+        return b"b1" if v else b"b0"
+    if isinstance(v, int):
+        return b"i" + str(v).encode("ascii")
+    if isinstance(v, float):
+        return b"f" + v.hex().encode("ascii")
+    return b"o" + type(v).__qualname__.encode() + b":" + repr(v).encode("utf-8")
+
+
+def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes) -> U64:
+    """BLAKE2b-64 keyed with ``key`` of tag ‖ value, for each distinct value."""
+    base = hashlib.blake2b(key=key, digest_size=8)
+    base.update(tag + b"\x00")
+    digests = bytearray()
+    for v in values:
+        h = base.copy()
+        h.update(_value_bytes(v))
+        digests += h.digest()
+    return np.frombuffer(bytes(digests), dtype="<u8").astype(np.uint64)
+
+
+def _as_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks == 1:
+            return column.chunk(0)
+        return pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
+    return column
+
+
+class _EncodedColumn(NamedTuple):
+    codes: I64  # per row: rank of its value among the sorted distinct values
+    hashes: U64  # per distinct value (sorted order): keyed hash
+    values: list[Any]  # per distinct value (sorted order): the Python value
+
+
+def _encode_column(column: pa.ChunkedArray | pa.Array, key: bytes, tag: bytes) -> _EncodedColumn:
+    """Dictionary-encode a column; distinct values sorted, so indices do not depend on row order."""
+    encoded = pc.dictionary_encode(_as_array(column))
+    dictionary = encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    codes = rank[encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+    values = dictionary.take(pa.array(order)).to_pylist()
+    return _EncodedColumn(codes, _keyed_hashes(values, key, tag), values)
+
+
+def person_shards(persons: pa.ChunkedArray | pa.Array, num_shards: int, key: bytes) -> I64:
+    """Per row, the person's shard: keyed hash of the person id mod ``num_shards``."""
+    enc = _encode_column(persons, key, b"shard")
+    shard_of_value = (enc.hashes % np.uint64(num_shards)).astype(np.int64)
+    out: I64 = shard_of_value[enc.codes]
+    return out
+
+
+# --- bounding ---------------------------------------------------------------------------------
+
+
+def _rank_within_groups(group: I64, h: U64, tie: npt.NDArray[Any]) -> I64:
+    """Per element, its 0-based rank inside its group (ints ≥ 0) when sorted by (h, tie).
+
+    Fast path: one argsort of the group packed with the high bits of h into a uint64. Elements
+    that tie there are ordered arbitrarily, which is harmless when their ``tie`` values are equal
+    (interchangeable elements); if any tied neighbours differ in ``tie``, an exact lexsort is used.
+    """
+    n = len(group)
+    bits = int(group.max()).bit_length() if n else 0
+    packed = h  # a single group: the hash alone
+    if bits:
+        packed = (group.astype(np.uint64) << np.uint64(64 - bits)) | (h >> np.uint64(bits))
+    order = np.argsort(packed)
+    p_sorted, t_sorted = packed[order], tie[order]
+    if np.any((p_sorted[1:] == p_sorted[:-1]) & (t_sorted[1:] != t_sorted[:-1])):
+        order = np.lexsort((tie, h, group))
+    g = group[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = g[1:] != g[:-1]
+    starts = np.flatnonzero(new)
+    run_start = starts[np.cumsum(new) - 1]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64) - run_start
+    return rank
+
+
+class _Partitions(NamedTuple):
+    code: I64  # per row: partition code (sorted by key tuple)
+    keys: list[PartitionKey]  # per code
+    hashes: U64  # per row: keyed hash of the partition key
+
+
+def _partitions(table: pa.Table, by: tuple[str, ...], key: bytes) -> _Partitions:
+    n = table.num_rows
+    if not by:
+        return _Partitions(np.zeros(n, np.int64), [()], np.zeros(n, np.uint64))
+    columns = [_encode_column(table.column(c), key, b"by:" + c.encode()) for c in by]
+    code = columns[0].codes
+    h = columns[0].hashes[code]
+    first = np.zeros(0, dtype=np.int64)
+    for j, col in enumerate(columns):
+        if j:
+            code = code * len(col.values) + col.codes  # < n², lexicographic in the columns
+            h = _mix(h, col.hashes[col.codes])
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        code = inverse.astype(np.int64).reshape(-1)
+    keys = [tuple(col.values[col.codes[r]] for col in columns) for r in first.tolist()]
+    return _Partitions(code, keys, h)
+
+
+def _fixed_point(v: npt.NDArray[np.float64], q: int, limit: Fraction, offset: float = 0.0) -> I64:
+    """round((v − offset)/2^q), ties to even, clipped to ±floor(limit/2^q)."""
+    cap = math.floor(limit / Fraction(2) ** q)
+    scaled = np.rint(np.ldexp(v - offset, -q))
+    out: I64 = np.clip(scaled, -cap, cap).astype(np.int64)
+    return out
+
+
+def _exact_sums(part: I64, x: I64, size: int) -> list[int]:
+    """Σ x per partition as exact Python ints (two ≤ 21-bit halves, exact float bincounts)."""
+    low = x & ((1 << _SPLIT_BITS) - 1)
+    high = x >> _SPLIT_BITS
+    lo = np.bincount(part, weights=low.astype(np.float64), minlength=size)
+    hi = np.bincount(part, weights=high.astype(np.float64), minlength=size)
+    return [
+        (int(h) << _SPLIT_BITS) + int(lo_) for h, lo_ in zip(hi.tolist(), lo.tolist(), strict=True)
+    ]
+
+
+def bound_and_aggregate(
+    table: pa.Table, params: BoundingParams, key: bytes
+) -> dict[PartitionKey, PartitionStats]:
+    """Bounded per-partition statistics of one shard (all rows of each of its persons).
+
+    Args:
+      table: a clean table (``docs/release-job-contracts.md`` §3) holding every row of each person
+        it mentions; persons must not be split across calls, or their bounds are applied per call.
+      params: the query's bounds (L, C, clamp bounds, ``by`` and ``value`` columns).
+      key: the 32-byte bounding key (derived by the launcher from the release secret).
+
+    Returns:
+      {partition key tuple (``()`` without ``by``): PartitionStats} for every partition that
+      keeps at least one person. What a person keeps depends only on the person's own rows (module
+      docstring), so the result is the same for any row order or split of the shard into tables.
+    """
+    check_bounding_key(key)
+    n = table.num_rows
+    if n == 0:
+        return {}
+    L, C = params.max_partitions_per_person, params.max_rows_per_partition
+    persons = _encode_column(table.column(PERSON_COLUMN), key, b"person")
+    parts = _partitions(table, params.by, key)
+    P = len(parts.keys)
+
+    # (person, partition) pairs, sorted by person then partition code.
+    pair_code = persons.codes * P + parts.code
+    pairs, first, pair_of_row, pair_rows = np.unique(
+        pair_code, return_index=True, return_inverse=True, return_counts=True
+    )
+    pair_of_row = pair_of_row.reshape(-1)
+    pair_person, pair_part = pairs // P, pairs % P
+    pair_hash = _mix(persons.hashes[persons.codes[first]], parts.hashes[first])
+    kept_pair = _rank_within_groups(pair_person, pair_hash, pair_part) < L
+
+    kept_part = pair_part[kept_pair]
+    n_persons = np.bincount(kept_part, minlength=P)
+    if params.value is None:
+        rows = np.bincount(
+            kept_part, weights=np.minimum(pair_rows[kept_pair], C).astype(np.float64), minlength=P
+        )
+        sums = centred = [0] * P
+    else:
+        # Rows of kept pairs, clamped (+0.0 turns −0.0 into 0.0: interchangeable rows hash alike).
+        idx = np.flatnonzero(kept_pair[pair_of_row])
+        values = _as_array(table.column(params.value)).to_numpy(zero_copy_only=False)
+        v = np.clip(values[idx].astype(np.float64), params.lower, params.upper) + 0.0
+        row_pair = pair_of_row[idx]
+        row_hash = _mix(pair_hash[row_pair], splitmix64(v.view(np.uint64)))
+        chosen = _rank_within_groups(row_pair, row_hash, v) < C
+        v, row_part = v[chosen], pair_part[row_pair[chosen]]
+        rows = np.bincount(row_part, minlength=P)
+        lo, hi, q = params.lower, params.upper, params.quantum
+        magnitude = max(abs(Fraction(lo)), abs(Fraction(hi)))
+        half_width = (Fraction(hi) - Fraction(lo)) / 2
+        sums = _exact_sums(row_part, _fixed_point(v, q, magnitude), P)
+        centred = _exact_sums(row_part, _fixed_point(v, q, half_width, (lo + hi) / 2), P)
+
+    out: dict[PartitionKey, PartitionStats] = {}
+    for p in np.flatnonzero(n_persons).tolist():
+        out[parts.keys[p]] = PartitionStats(int(n_persons[p]), int(rows[p]), sums[p], centred[p])
+    return out
