@@ -81,12 +81,57 @@ def print_plan(plan: ReleasePlan, out: TextIO) -> None:
             )
 
 
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", metavar="JOB.toml", help="the job file")
+    p.add_argument(
+        "beam_args",
+        nargs=argparse.REMAINDER,
+        help="Beam pipeline options (e.g. --direct_num_workers=2); they override the job file",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .job import run_release  # noqa: PLC0415 (Beam loads only for commands that use it)
+    from .sources import SchemaError  # noqa: PLC0415
+
+    try:
+        job = load_job(args.job)
+        result = run_release(job, args.beam_args)
+    except (ConfigError, SchemaError) as e:
+        print(f"userdp run: {e}", file=sys.stderr)
+        return 2
+    print(f"released {len(result.outputs)} queries:")
+    for name, path in result.outputs.items():
+        print(f"  {name}: {path}")
+    print(f"manifest: {result.manifest}")
+    return 0
+
+
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--people", type=int, required=True, help="number of persons")
+    p.add_argument("--out", required=True, help="output file: .parquet .avro .csv or .jsonl")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .generate import generate  # noqa: PLC0415 (keeps `userdp plan` fast)
+
+    if args.people < 1:
+        print(f"userdp generate: --people must be ≥ 1, got {args.people}", file=sys.stderr)
+        return 2
+    rows = generate(args.people, args.out, seed=args.seed)
+    print(f"wrote {rows:,} rows for {args.people:,} persons to {args.out}")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "plan": Command(
         "validate a job file and print its budget split and noise, without reading data",
         _plan_args,
         _plan,
     ),
+    "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
+    "generate": Command("write a synthetic browsing log", _generate_args, _generate),
 }
 
 

@@ -196,6 +196,11 @@ class ReleaseKey:
     def rng(self, *label: LabelPart) -> KeyedRng:
         return KeyedRng(self._secret, *label)
 
+    def subkey(self, *label: LabelPart) -> bytes:
+        """32 bytes derived for a non-noise purpose, e.g. the keyed hashes of contribution
+        bounding; computationally independent of every noise stream (its label differs)."""
+        return KeyedRng(self._secret, "subkey", *label).read(SECRET_BYTES)
+
     def __repr__(self) -> str:  # never shows the secret
         return "ReleaseKey(<secret>)"
 

@@ -1,0 +1,172 @@
+"""The release job: job file → checked inputs → Beam pipeline → outputs and manifest.
+
+Order matters and is fixed here:
+
+1. plan the release from the job file (budget split, mechanisms) — no data read;
+2. check every input file's schema against the columns the queries need — stop on a mismatch;
+3. build and run the pipeline: read → validate (dead letters to the operator path) → per query
+   bound contributions and aggregate per partition → the noisy combine (the only noise) → one
+   output file per query, written by the pipeline so that it works on any runner;
+4. the launcher alone writes ``manifest.json`` — public facts from the plan, nothing from the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms import combiners
+
+from transforms.aggregate import AggregatePerPartition
+from transforms.mechanisms.rng import ReleaseKey
+from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
+from transforms.params import ReleaseParams
+from transforms.validate import ValidateRows
+
+from .config import JobConfig
+from .plan import ReleasePlan, plan_release
+from .runners import pipeline_options
+from .sinks import WriteDeadLetters, write_release
+from .sources import InputSchema, ReadArrowTables, inspect_inputs
+
+DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """What a finished run wrote: one output per query and the manifest (paths only)."""
+
+    outputs: dict[str, str]
+    manifest: str
+
+
+def required_columns(job: JobConfig) -> dict[str, str]:
+    """Column → kind ("person", "key", "number") for every column a query reads."""
+    columns = {job.input.person: "person"}
+    for q in job.queries:
+        for col in q.by:
+            columns.setdefault(col, "key")
+        if q.value is not None:
+            columns.setdefault(q.value, "number")
+    return columns
+
+
+def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleaseParams:
+    """Public keys read as text are converted to the ``by`` columns' types, so they can match."""
+    if params.public_partitions is None:
+        return params
+    types = dict(schema.keys)
+    converters: list[Callable[[Any], object]] = []
+    for col in params.bounding.by:
+        t = types[col]
+        if pa.types.is_integer(t):
+            converters.append(lambda v: int(str(v)))
+        elif pa.types.is_floating(t):
+            converters.append(lambda v: float(str(v)))
+        else:
+            converters.append(str)
+    keys = tuple(
+        tuple(conv(v) for conv, v in zip(converters, key, strict=True))
+        for key in params.public_partitions
+    )
+    return dataclasses.replace(params, public_partitions=keys)
+
+
+def _write_query_output(
+    rows: list[dict[str, Any]], by: Sequence[str], path_without_ext: str, fmt: str
+) -> str:
+    """One query's released rows → one file, sorted by partition key so the bytes are stable."""
+    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in by)))
+    columns = [*by, "value", "stddev"]
+    table = pa.table({c: [r[c] for r in rows] for c in columns}) if rows else _empty(by)
+    return write_release(table, path_without_ext, fmt)
+
+
+def _empty(by: Sequence[str]) -> pa.Table:
+    fields = [pa.field(c, pa.string()) for c in by]
+    fields += [pa.field("value", pa.float64()), pa.field("stddev", pa.float64())]
+    return pa.schema(fields).empty_table()
+
+
+def build_pipeline(
+    pipeline: beam.Pipeline,
+    job: JobConfig,
+    plan: ReleasePlan,
+    schema: InputSchema,
+    release_key: ReleaseKey,
+    *,
+    noise: bool = True,
+    num_shards: int = DEFAULT_SHARDS,
+) -> None:
+    """Adds the release's steps to ``pipeline``; ``noise=False`` is a test hook, not config."""
+    tables = pipeline | "Read" >> ReadArrowTables(schema)  # pa.Table of the needed columns
+    validated = tables | "Validate" >> ValidateRows(
+        schema.person,
+        schema.person_type,
+        dict(schema.keys),
+        list(schema.numbers),
+    )
+    clean = validated.clean  # pa.Table: __person__ (string), keys, numbers (float64)
+    if job.input.dead_letter:
+        _ = validated.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
+    bounding_key = release_key.subkey("bounding")
+    out_dir = job.output.path
+    for q in plan.queries:
+        params = _typed_public_keys(q.params, schema)
+        name = params.name
+        _ = (
+            clean
+            | f"{name}/Aggregate"
+            >> AggregatePerPartition(params.bounding, bounding_key, num_shards)
+            # (partition_key, PartitionStats)
+            | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)
+            # {by..., value, stddev}
+            | f"{name}/Collect" >> combiners.ToList()
+            | f"{name}/Write"
+            >> beam.Map(
+                _write_query_output,
+                params.bounding.by,
+                FileSystems.join(out_dir, name),
+                job.output.format,
+            )
+        )
+
+
+def run_release(
+    job: JobConfig,
+    beam_args: Sequence[str] = (),
+    *,
+    release_key: ReleaseKey | None = None,
+    noise: bool = True,
+    num_shards: int = DEFAULT_SHARDS,
+) -> ReleaseResult:
+    """Plans, checks inputs, runs the pipeline, then writes the manifest.
+
+    ``noise=False`` is a test hook for wiring tests (exact values); it is not reachable from the
+    job file or the command line.
+    """
+    plan = plan_release(job)
+    schema = inspect_inputs(job.input.path, job.input.format, required_columns(job))
+    if job.input.person_type and job.input.person_type != schema.person_type:
+        schema = dataclasses.replace(schema, person_type=job.input.person_type)
+    key = release_key or ReleaseKey.generate()
+    runner, options = pipeline_options(job.runner.name, job.runner.options, beam_args)
+    with beam.Pipeline(runner=runner, options=options) as pipeline:
+        build_pipeline(pipeline, job, plan, schema, key, noise=noise, num_shards=num_shards)
+    ext = {"json": "jsonl"}.get(job.output.format, job.output.format)
+    outputs = {
+        q.params.name: os.path.join(job.output.path, f"{q.params.name}.{ext}") for q in plan.queries
+    }
+    manifest = plan.to_manifest()
+    manifest["outputs"] = {name: os.path.basename(path) for name, path in outputs.items()}
+    manifest_path = os.path.join(job.output.path, "manifest.json")
+    with FileSystems.create(manifest_path) as f:
+        f.write(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
+    return ReleaseResult(outputs, manifest_path)
