@@ -2,8 +2,8 @@
 
 Order matters and is fixed here:
 
-1. plan the release from the job file (budget split, mechanisms) — no data read;
-2. check every input file's schema against the columns the queries need — stop on a mismatch;
+1. check every input file's schema against the columns the queries need — stop on a mismatch;
+2. plan the release from the job file (budget split, mechanisms) — no data read;
 3. build and run the pipeline: read → validate (dead letters to the operator path) → per query
    bound contributions and aggregate per partition → the noisy combine (the only noise) → one
    output file per query, written by the pipeline so that it works on any runner;
@@ -147,13 +147,13 @@ def run_release(
     noise: bool = True,
     num_shards: int = DEFAULT_SHARDS,
 ) -> ReleaseResult:
-    """Plans, checks inputs, runs the pipeline, then writes the manifest.
+    """Checks inputs, plans, runs the pipeline, then writes the manifest.
 
     ``noise=False`` is a test hook for wiring tests (exact values); it is not reachable from the
     job file or the command line.
     """
-    plan = plan_release(job)
     schema = inspect_inputs(job.input.path, job.input.format, required_columns(job))
+    plan = plan_release(job)
     if job.input.person_type and job.input.person_type != schema.person_type:
         schema = dataclasses.replace(schema, person_type=job.input.person_type)
     key = release_key or ReleaseKey.generate()
