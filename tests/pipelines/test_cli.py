@@ -36,10 +36,27 @@ def test_plan_bad_job_exits_2_with_the_message(
 
 
 def test_only_existing_commands_are_registered() -> None:
-    assert set(COMMANDS) == {"plan"}
+    assert set(COMMANDS) == {"plan", "run", "generate"}
     with pytest.raises(SystemExit) as e:
-        main(["run", str(EXAMPLE)])
+        main(["demo"])  # not built yet: argparse refuses it
     assert e.value.code == 2
+
+
+def test_generate_then_run_a_bad_and_a_good_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    assert main(["generate", "--people", "50", "--out", str(data / "logs.parquet")]) == 0
+    assert main(["generate", "--people", "0", "--out", str(data / "x.parquet")]) == 2
+    job = tmp_path / "job.toml"
+    job.write_text(EXAMPLE.read_text().replace('"duration_s"', '"no_such_column"'))
+    assert main(["run", str(job)]) == 2  # schema problem: stops before planning, names it
+    assert "no_such_column" in capsys.readouterr().err
+    job.write_text(EXAMPLE.read_text())
+    assert main(["run", str(job)]) == 0
+    assert (tmp_path / "release" / "manifest.json").exists()
+    assert (tmp_path / "release" / "visits_per_domain.parquet").exists()
 
 
 def test_console_module_runs() -> None:
