@@ -40,6 +40,8 @@ from transforms.mechanisms.accounting import (
     BudgetExceededError,
     PureDP,
     compose,
+    float_down,
+    float_up,
     split_budget,
     zcdp_budget_for,
 )
@@ -324,16 +326,16 @@ def _sens(per_partition: Fraction, L: int) -> Sensitivity:
     l2 = math.sqrt(L) * float(per_partition)
     while Fraction(l2) ** 2 < L * per_partition**2:
         l2 = math.nextafter(l2, math.inf)
-    return Sensitivity(_up(per_partition), _up(per_partition * L), l2)
+    return Sensitivity(float_up(per_partition), float_up(per_partition * L), l2)
 
 
 def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> NoiseMechanism:
     if isinstance(stat, PureDP):
-        return LaplaceMechanism(sens.l1, _down(stat.epsilon / parts))
+        return LaplaceMechanism(sens.l1, float_down(stat.epsilon / parts))
     assert isinstance(stat, ZCDP)
     rho = stat.rho / parts
     if noise == "gaussian":
-        return GaussianMechanism(sens.l2, _down(rho))
+        return GaussianMechanism(sens.l2, float_down(rho))
     eps = math.sqrt(2 * float(rho))  # Laplace under zCDP: ε-DP is ε²/2-zCDP, so ε²/2 ≤ ρ
     while Fraction(eps) ** 2 / 2 > rho:
         eps = math.nextafter(eps, 0.0)
@@ -436,13 +438,3 @@ def _describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[st
 
 def _num(x: Fraction) -> dict[str, Any]:
     return {"value": float(x), "exact": str(x)}
-
-
-def _up(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
-
-
-def _down(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)

@@ -45,13 +45,13 @@ def _fmt(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else format(float(x), ".10g")
 
 
-def _float_up(x: Fraction) -> float:
+def float_up(x: Fraction) -> float:
     """The smallest float ≥ x."""
     f = float(x)
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
-def _float_down(x: Fraction) -> float:
+def float_down(x: Fraction) -> float:
     """The largest float ≤ x."""
     f = float(x)
     return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
@@ -59,7 +59,7 @@ def _float_down(x: Fraction) -> float:
 
 def _manifest(name: str, x: Fraction) -> dict[str, float | str]:
     # The float is rounded up, so a reader of the float never sees less than was spent.
-    return {name: _float_up(x), f"{name}_exact": str(x)}
+    return {name: float_up(x), f"{name}_exact": str(x)}
 
 
 @dataclass(frozen=True, init=False)
@@ -142,7 +142,7 @@ def pure_to_approx(budget: PureDP) -> ApproxDP:
 
 def _log_inv_delta_up(delta: Fraction) -> float:
     """ln(1/δ) for 0 < δ < 1 from δ rounded down; its ≤ 1-ulp error is inside the margin."""
-    d = _float_down(delta)  # a smaller δ gives a larger ln(1/δ): the safe side
+    d = float_down(delta)  # a smaller δ gives a larger ln(1/δ): the safe side
     if d > 0.0:
         return -math.log(d)
     return math.log(delta.denominator) - math.log(delta.numerator)  # δ below the float range
@@ -201,7 +201,7 @@ def _zcdp_eps_up(rho: Fraction, delta: Fraction, method: ConversionMethod) -> fl
         raise ValueError(
             f"ρ-zCDP with ρ={_fmt(rho)} > 0 implies no (ε, 0)-DP guarantee; pass a delta in (0, 1)"
         )
-    rho_f, L = _float_up(rho), _log_inv_delta_up(delta)  # ε grows with ρ and L: the safe side
+    rho_f, L = float_up(rho), _log_inv_delta_up(delta)  # ε grows with ρ and L: the safe side
     eps = _eps_cks(rho_f, L) if method == "cks" else _eps_bs16(rho_f, L)
     if not math.isfinite(eps):
         raise ValueError(f"ρ={_fmt(rho)}, δ={_fmt(delta)} is outside the float range of this bound")
@@ -248,7 +248,7 @@ def zcdp_budget_for(target: ApproxDP, *, method: ConversionMethod = "cks") -> ZC
     def ok(rho: float) -> bool:
         return Fraction(_zcdp_eps_up(Fraction(rho), target.delta, method)) <= eps
 
-    lo, hi = 0.0, max(1.0, _float_up(eps))
+    lo, hi = 0.0, max(1.0, float_up(eps))
     while hi < 1e300 and ok(hi):  # ε(ρ) → ∞ with ρ: stops, usually at once
         lo, hi = hi, 2.0 * hi
     for _ in range(_BISECT_STEPS):
