@@ -33,7 +33,7 @@ from transforms.validate import ValidateRows
 from .config import JobConfig
 from .plan import ReleasePlan, plan_release
 from .runners import pipeline_options
-from .sinks import WriteDeadLetters, write_release
+from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
 from .sources import InputSchema, ReadArrowTables, inspect_inputs
 
 DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")
@@ -160,9 +160,10 @@ def run_release(
     runner, options = pipeline_options(job.runner.name, job.runner.options, beam_args)
     with beam.Pipeline(runner=runner, options=options) as pipeline:
         build_pipeline(pipeline, job, plan, schema, key, noise=noise, num_shards=num_shards)
-    ext = {"json": "jsonl"}.get(job.output.format, job.output.format)
     outputs = {
-        q.params.name: os.path.join(job.output.path, f"{q.params.name}.{ext}") for q in plan.queries
+        q.params.name: os.path.join(job.output.path, q.params.name)
+        + RELEASE_FORMATS[job.output.format]
+        for q in plan.queries
     }
     manifest = plan.to_manifest()
     manifest["outputs"] = {name: os.path.basename(path) for name, path in outputs.items()}

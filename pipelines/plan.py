@@ -46,6 +46,7 @@ from transforms.mechanisms.accounting import (
     zcdp_budget_for,
 )
 from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from transforms.mechanisms.discrete import discrete_laplace_std
 from transforms.mechanisms.partition_selection import GaussianThresholding, LaplaceThresholding
 from transforms.params import (
     BoundingParams,
@@ -287,7 +288,7 @@ def _plan_query(
         release_selection_count=persons_reuse,
     )
     if persons_reuse and isinstance(selection, LaplaceThresholding):
-        stddev, err = _discrete_laplace_std(selection.scale), float(selection.scale) * LN20
+        stddev, err = discrete_laplace_std(selection.scale), float(selection.scale) * LN20
     else:
         stddev, err = noise.std, _error95(noise)
     return QueryPlan(
@@ -344,11 +345,6 @@ def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> Noise
 
 def _error95(m: NoiseMechanism) -> float:
     return m.scale * LN20 if isinstance(m, LaplaceMechanism) else Z95 * m.std
-
-
-def _discrete_laplace_std(scale: Fraction) -> float:
-    q = math.exp(-1 / float(scale))
-    return math.sqrt(2 * q) / (1 - q)
 
 
 def _read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> tuple[tuple[object, ...], ...]:

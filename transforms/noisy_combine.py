@@ -33,6 +33,7 @@ import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
 from .bounding import ZERO_STATS, PartitionKey, PartitionStats
+from .mechanisms.discrete import discrete_laplace_std
 from .mechanisms.partition_selection import (
     Decision,
     GaussianThresholding,
@@ -72,8 +73,7 @@ def canonical_key_string(key: PartitionKey) -> str:
 def _selection_std(rule: LaplaceThresholding | GaussianThresholding) -> float:
     """Standard deviation of the thresholding noise on the person count (public)."""
     if isinstance(rule, LaplaceThresholding):
-        rate = 1.0 / float(rule.scale)  # discrete Laplace: Var = 2q/(1−q)², q = e^−rate
-        return math.sqrt(2.0 * math.exp(-rate)) / -math.expm1(-rate)
+        return discrete_laplace_std(rule.scale)
     return math.sqrt(float(rule.sigma2))  # the discrete Gaussian's σ is at most this
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .discrete import as_fraction, discrete_gaussian, discrete_laplace
+from .discrete import as_fraction, discrete_gaussian, discrete_laplace, discrete_laplace_std
 from .rng import KeyedRng
 
 _RESOLUTION_BITS = 40
@@ -134,8 +134,7 @@ class LaplaceMechanism:
     @property
     def std(self) -> float:
         """Standard deviation of the noise on one coordinate (≈ √2·b)."""
-        rate = 1.0 / float(self._grid_scale)  # Var = 2q/(1−q)², q = e^−rate; expm1 avoids
-        return math.sqrt(2.0 * math.exp(-rate)) / -math.expm1(-rate) * self.granularity
+        return discrete_laplace_std(self._grid_scale) * self.granularity
 
     def release(self, value: float | Fraction, rng: KeyedRng) -> float:
         _check_scalar(self.dimension)

@@ -126,6 +126,15 @@ def discrete_laplace(rng: KeyedRng, scale: Rational) -> int:
         return -y if negative else y
 
 
+def discrete_laplace_std(scale: Rational) -> float:
+    """Standard deviation of :func:`discrete_laplace` at ``scale``: √(2q)/(1 − q), q = e^(−1/scale).
+
+    ``-expm1`` keeps 1 − q accurate when the scale is large (q → 1).
+    """
+    rate = 1.0 / float(as_fraction(scale, "scale"))
+    return math.sqrt(2.0 * math.exp(-rate)) / -math.expm1(-rate)
+
+
 def discrete_gaussian(rng: KeyedRng, sigma2: Rational) -> int:
     """X ∈ ℤ with P(X = x) ∝ exp(−x²/(2σ²)) for a rational variance parameter σ² > 0.
 
