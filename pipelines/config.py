@@ -20,7 +20,31 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any
+
+from .config_fields import (
+    MISSING,
+    ConfigError,
+    Validator,
+    parse_bounds,
+    parse_by,
+    parse_partitions,
+    parse_shares,
+)
+from .kinds import METRIC_KINDS, kind_for
+from .kinds.base import QuerySection
+
+__all__ = [
+    "BudgetConfig",
+    "ConfigError",
+    "InputConfig",
+    "JobConfig",
+    "OutputConfig",
+    "QueryConfig",
+    "RunnerConfig",
+    "load_job",
+    "parse_job",
+]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,23 +79,6 @@ _BAD_NAME = (
     "the name is the output file name",
 )
 _L_WITHOUT_BY = ("1 for a query without `by`", "without `by` there is one partition")
-_BOUNDS = (
-    "[lower, upper], finite numbers with lower < upper",
-    "values are clamped to these public bounds; choose them without looking at the data",
-)
-_PARTITIONS_WITHOUT_BY = (
-    "no partitions for a query without `by`",
-    "remove `partitions` or add `by`",
-)
-_DELTA_WITHOUT_TOTAL = ("no delta share: the total has no delta", "add delta to [budget] first")
-_DELTA_WITHOUT_EPS = (
-    "an epsilon share next to the delta share",
-    "an explicit (ε, δ) share states both; omit both to take an even share",
-)
-_DELTA_NOT_PRIVATE = (
-    "a delta share only on a query with private partitions",
-    "under rho, delta is spent only by private partition selection",
-)
 _PRIVATE_NEEDS_DELTA = (
     "a delta > 0 for private partition selection",
     "give delta in [budget] (and in this query's share if it states epsilon), or "
@@ -81,26 +88,6 @@ _GAUSSIAN_NEEDS_DELTA = (
     "laplace, or a delta > 0 for gaussian noise",
     "gaussian noise under an epsilon total needs delta (or use rho)",
 )
-
-
-class ConfigError(ValueError):
-    """A job file that cannot be run: names the key path, the value, what is allowed, a hint."""
-
-    def __init__(
-        self, key: str, value: object, allowed: str, hint: str = "", source: str = ""
-    ) -> None:
-        self.key, self.value, self.allowed, self.hint, self.source = (
-            key,
-            value,
-            allowed,
-            hint,
-            source,
-        )
-        msg = f"{source}: " * bool(source) + f"{key} = {value!r}: expected {allowed}"
-        super().__init__(f"{msg}. {hint}" if hint else msg)
-
-
-_MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()
 
 
 @dataclass(frozen=True)
@@ -151,17 +138,19 @@ class QueryConfig:
     epsilon: Fraction | None = None
     delta: Fraction | None = None
     rho: Fraction | None = None
+    # a query kind's own keys (pipelines/kinds/), validated by its parser; empty for aggregates
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def private_partitions(self) -> bool:
         return self.partitions == "private"
 
 
-# The job file's keys are these dataclasses' fields.
-_INPUT_KEYS, _BUDGET_KEYS, _RUNNER_KEYS, _OUTPUT_KEYS, _QUERY_KEYS = (
-    tuple(c.__dataclass_fields__)
-    for c in (InputConfig, BudgetConfig, RunnerConfig, OutputConfig, QueryConfig)
+# The job file's keys are these dataclasses' fields (a query kind's own keys live in `options`).
+_INPUT_KEYS, _BUDGET_KEYS, _RUNNER_KEYS, _OUTPUT_KEYS = (
+    tuple(c.__dataclass_fields__) for c in (InputConfig, BudgetConfig, RunnerConfig, OutputConfig)
 )
+QUERY_KEYS = tuple(f for f in QueryConfig.__dataclass_fields__ if f != "options")
 
 
 @dataclass(frozen=True)
@@ -198,7 +187,7 @@ def parse_job(
     raw: Mapping[str, Any], *, source: str = "", base_dir: str | Path | None = None
 ) -> JobConfig:
     """Validate a parsed job table (floats may be floats or exact Fractions)."""
-    v = _Validator(source, Path(base_dir) if base_dir is not None else Path.cwd())
+    v = Validator(source, Path(base_dir) if base_dir is not None else Path.cwd())
     v.keys(raw, "", _SECTIONS)
     inp = v.table(raw, "input", required=True)
     v.keys(inp, "input.", _INPUT_KEYS)
@@ -207,7 +196,7 @@ def parse_job(
     v.keys(runner_raw, "runner.", _RUNNER_KEYS)
     out_raw = v.table(raw, "output", required=True)
     v.keys(out_raw, "output.", _OUTPUT_KEYS)
-    queries_raw = raw.get("queries", _MISSING)
+    queries_raw = raw.get("queries", MISSING)
     if not isinstance(queries_raw, list) or not queries_raw:
         v.fail("queries", queries_raw, "one or more [[queries]] tables", "add a [[queries]] table")
     queries = tuple(_parse_query(v, q, i, budget) for i, q in enumerate(queries_raw))
@@ -230,7 +219,7 @@ def parse_job(
         if fmt is None:
             v.fail(
                 "input.format",
-                _MISSING,
+                MISSING,
                 f"one of {INPUT_FORMATS}",
                 f'cannot infer it from the path {in_path!r}; give format = "..."',
             )
@@ -300,7 +289,7 @@ def _canonical_hash(cfg: JobConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _parse_budget(v: _Validator, b: Mapping[str, Any]) -> BudgetConfig:
+def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
     v.keys(b, "budget.", _BUDGET_KEYS)
     eps = v.number(b, "budget.epsilon", positive=True)
     rho = v.number(b, "budget.rho", positive=True)
@@ -308,200 +297,46 @@ def _parse_budget(v: _Validator, b: Mapping[str, Any]) -> BudgetConfig:
     if eps is not None and rho is not None:
         v.fail("budget", {"epsilon": b["epsilon"], "rho": b["rho"]}, *_BOTH_BUDGETS)
     if eps is None and rho is None:
-        v.fail("budget.epsilon", _MISSING, *_NO_BUDGET)
+        v.fail("budget.epsilon", MISSING, *_NO_BUDGET)
     return BudgetConfig(epsilon=eps, delta=delta if delta else None, rho=rho)
 
 
-def _parse_query(v: _Validator, q: Any, i: int, budget: BudgetConfig) -> QueryConfig:
+def _parse_query(v: Validator, q: Any, i: int, budget: BudgetConfig) -> QueryConfig:
     k = f"queries[{i}]"
     if not isinstance(q, Mapping):
         v.fail(k, q, "a [[queries]] table", "")
-    v.keys(q, f"{k}.", _QUERY_KEYS)
     name = v.string(q, f"{k}.name")
     if not _NAME.fullmatch(name) or name.lower() in _RESERVED_NAMES:
         v.fail(f"{k}.name", name, *_BAD_NAME)
-    metric = v.choice(q, f"{k}.metric", METRICS)
-    by = q.get("by", [])
-    if isinstance(by, str):
-        by = [by]
-    if not isinstance(by, list) or not all(isinstance(c, str) and c for c in by):
-        v.fail(f"{k}.by", by, "a list of column names", 'e.g. by = ["domain"]')
-    if len(set(by)) != len(by):
-        v.fail(f"{k}.by", by, "distinct column names", "remove the repeated column")
+    metric = v.choice(q, f"{k}.metric", (*METRICS, *METRIC_KINDS))
+    if metric in METRIC_KINDS:
+        return kind_for(metric).parse(QuerySection(v, q, i, budget))
+    v.keys(q, f"{k}.", QUERY_KEYS)
+    by = parse_by(v, q, k)
     value = v.string(q, f"{k}.value", required=metric in ("sum", "mean"))
     if value is not None and metric in ("count", "persons"):
         v.fail(f"{k}.value", value, f"no value for metric {metric!r}", "remove `value`")
-    bounds = _parse_bounds(v, q, k, metric)
+    if metric in ("count", "persons") and "bounds" in q:
+        v.fail(f"{k}.bounds", q["bounds"], f"no bounds for metric {metric!r}", "remove `bounds`")
+    bounds = parse_bounds(v, q, k, required=metric in ("sum", "mean"), metric=metric)
     L = v.integer(q, f"{k}.max_partitions_per_person", required=bool(by), default=1)
     if not by and L != 1:
         v.fail(f"{k}.max_partitions_per_person", L, *_L_WITHOUT_BY)
     C = v.integer(q, f"{k}.max_rows_per_partition", required=metric != "persons", default=1)
-    partitions = _parse_partitions(v, q, k, by)
+    partitions = parse_partitions(v, q, k, by)
     is_rho = budget.rho is not None
     noise = v.choice(q, f"{k}.noise", NOISES, default="gaussian" if is_rho else "laplace")
-    eps = v.number(q, f"{k}.epsilon", positive=True)
-    rho = v.number(q, f"{k}.rho", positive=True)
-    delta = v.number(q, f"{k}.delta", below_one=True)
-    _check_shares(v, k, budget, noise=noise, partitions=partitions, eps=eps, rho=rho, delta=delta)
+    private = partitions == "private"
+    eps, delta, rho = parse_shares(
+        v,
+        q,
+        k,
+        budget,
+        spends_delta=(f"{k}.partitions", "private", *_PRIVATE_NEEDS_DELTA) if private else None,
+        delta_under_epsilon=(f"{k}.noise", noise, *_GAUSSIAN_NEEDS_DELTA)
+        if noise == "gaussian"
+        else None,
+    )
     return QueryConfig(
         name, metric, tuple(by), value, bounds, L, C, partitions, noise, eps, delta, rho
     )
-
-
-def _parse_bounds(
-    v: _Validator, q: Mapping[str, Any], k: str, metric: str
-) -> tuple[float, float] | None:
-    raw = q.get("bounds", _MISSING)
-    if raw is _MISSING:
-        if metric in ("sum", "mean"):
-            v.fail(
-                f"{k}.bounds",
-                raw,
-                "[lower, upper], finite numbers with lower < upper",
-                f"metric {metric!r} clamps each value to its bounds",
-            )
-        return None
-    if metric in ("count", "persons"):
-        v.fail(f"{k}.bounds", raw, f"no bounds for metric {metric!r}", "remove `bounds`")
-    ok = isinstance(raw, list) and len(raw) == 2 and all(_is_num(x) for x in raw)
-    lo, hi = (float(raw[0]), float(raw[1])) if ok else (math.nan, math.nan)
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        v.fail(f"{k}.bounds", _shown(raw), *_BOUNDS)
-    return lo, hi
-
-
-def _parse_partitions(v: _Validator, q: Mapping[str, Any], k: str, by: list[str]) -> str | None:
-    raw = q.get("partitions", _MISSING)
-    if not by:
-        if raw is not _MISSING:
-            v.fail(f"{k}.partitions", raw, *_PARTITIONS_WITHOUT_BY)
-        return None
-    if raw is _MISSING:
-        return "private"
-    if not isinstance(raw, str) or not raw:
-        v.fail(f"{k}.partitions", raw, '"private" or a path to a CSV/JSON file of public keys', "")
-    return str(raw)
-
-
-def _check_shares(
-    v: _Validator,
-    k: str,
-    b: BudgetConfig,
-    *,
-    noise: str,
-    partitions: str | None,
-    eps: Fraction | None,
-    rho: Fraction | None,
-    delta: Fraction | None,
-) -> None:
-    kind = "rho (+ delta)" if b.rho is not None else "epsilon" + (" (+ delta)" if b.delta else "")
-    if (b.rho is not None and eps is not None) or (b.epsilon is not None and rho is not None):
-        key = f"{k}.epsilon" if eps is not None else f"{k}.rho"
-        v.fail(
-            key,
-            eps if eps is not None else rho,
-            f"shares of the total's kind: {kind}",
-            "a query's share is stated like the [budget] total",
-        )
-    if delta is not None and not b.delta:
-        v.fail(f"{k}.delta", delta, *_DELTA_WITHOUT_TOTAL)
-    if b.epsilon is not None and delta is not None and eps is None:
-        v.fail(f"{k}.epsilon", _MISSING, *_DELTA_WITHOUT_EPS)
-    private = partitions == "private"
-    if b.rho is not None and delta is not None and not private:
-        v.fail(f"{k}.delta", delta, *_DELTA_NOT_PRIVATE)
-    no_delta = not b.delta or (b.epsilon is not None and eps is not None and not delta)
-    if private and no_delta:
-        v.fail(f"{k}.partitions", "private", *_PRIVATE_NEEDS_DELTA)
-    if noise == "gaussian" and b.rho is None and no_delta:
-        v.fail(f"{k}.noise", noise, *_GAUSSIAN_NEEDS_DELTA)
-
-
-def _is_num(x: object) -> bool:
-    return isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
-
-
-def _shown(x: Any) -> Any:
-    """Values as written: exact Fractions back to the floats they came from."""
-    if isinstance(x, list):
-        return [_shown(e) for e in x]
-    return float(x) if isinstance(x, Fraction) else x
-
-
-class _Validator:
-    def __init__(self, source: str, base_dir: Path) -> None:
-        self.source, self.base_dir = source, base_dir
-
-    def fail(self, key: str, value: object, allowed: str, hint: str) -> NoReturn:
-        raise ConfigError(key, _shown(value), allowed, hint, self.source)
-
-    def keys(self, table: Mapping[str, Any], prefix: str, allowed: tuple[str, ...]) -> None:
-        for key in table:
-            if key not in allowed:
-                self.fail(
-                    f"{prefix}{key}",
-                    table[key],
-                    f"one of the keys {', '.join(allowed)}",
-                    "unknown key (a typo?)",
-                )
-
-    def table(self, raw: Mapping[str, Any], key: str, *, required: bool) -> Mapping[str, Any]:
-        t = raw.get(key, _MISSING)
-        if t is _MISSING and not required:
-            return {}
-        if not isinstance(t, Mapping):
-            self.fail(key, t, f"a [{key}] table", "see examples/browsing_job.toml")
-        return t
-
-    def string(self, t: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
-        x = t.get(key.rsplit(".", 1)[-1], _MISSING)
-        if x is _MISSING and not required:
-            return None
-        if not isinstance(x, str) or not x:
-            self.fail(key, x, "a non-empty string", "")
-        return x
-
-    def choice(
-        self, t: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: Any = _MISSING
-    ) -> Any:
-        x = t.get(key.rsplit(".", 1)[-1], default)
-        if x not in allowed and not (x is default and default is not _MISSING):
-            self.fail(key, x, f"one of {', '.join(allowed)}", "")
-        return x
-
-    def integer(self, t: Mapping[str, Any], key: str, *, required: bool, default: int) -> int:
-        x = t.get(key.rsplit(".", 1)[-1], _MISSING)
-        if x is _MISSING and not required:
-            return default
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            self.fail(
-                key,
-                x,
-                "an integer ≥ 1",
-                "a contribution bound: choose it from what one "
-                "person plausibly contributes, not from the data",
-            )
-        return int(x)
-
-    def number(
-        self, t: Mapping[str, Any], key: str, *, positive: bool = False, below_one: bool = False
-    ) -> Fraction | None:
-        x = t.get(key.rsplit(".", 1)[-1], _MISSING)
-        if x is _MISSING:
-            return None
-        f = Fraction(repr(x)) if isinstance(x, float) and math.isfinite(x) else x
-        ok = _is_num(f) and not isinstance(f, float)
-        if ok and positive and not f > 0:
-            ok = False
-        if ok and below_one and not 0 <= f < 1:
-            ok = False
-        if not ok:
-            allowed = "a number in [0, 1)" if below_one else "a finite number > 0"
-            self.fail(key, x, allowed, "budgets are exact decimals, e.g. 1.0 or 1e-6")
-        return Fraction(f)
-
-    def resolve(self, path: str) -> str:
-        if "://" in path or Path(path).is_absolute():
-            return path
-        resolved = str(self.base_dir / path)
-        return resolved + "/" if path.endswith("/") and not resolved.endswith("/") else resolved

@@ -31,7 +31,9 @@ from transforms.params import ReleaseParams
 from transforms.validate import ValidateRows
 
 from .config import JobConfig
-from .plan import ReleasePlan, plan_release
+from .kinds import METRIC_KINDS, kind_for
+from .kinds.base import BuildContext
+from .plan import QueryPlan, ReleasePlan, plan_release
 from .runners import pipeline_options
 from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
 from .sources import InputSchema, ReadArrowTables, inspect_inputs
@@ -51,6 +53,10 @@ def required_columns(job: JobConfig) -> dict[str, str]:
     """Column → kind ("person", "key", "number") for every column a query reads."""
     columns = {job.input.person: "person"}
     for q in job.queries:
+        if q.metric in METRIC_KINDS:
+            for col, kind in kind_for(q.metric).required_columns(q).items():
+                columns.setdefault(col, kind)
+            continue
         for col in q.by:
             columns.setdefault(col, "key")
         if q.value is not None:
@@ -79,20 +85,36 @@ def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleasePar
     return dataclasses.replace(params, public_partitions=keys)
 
 
+AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
+_ARROW_TYPES = {
+    "float64": pa.float64(),
+    "int64": pa.int64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+}
+
+
 def _write_query_output(
-    rows: list[dict[str, Any]], by: Sequence[str], path_without_ext: str, fmt: str
+    rows: list[dict[str, Any]],
+    by: Sequence[str],
+    columns: Sequence[tuple[str, str]],
+    path_without_ext: str,
+    fmt: str,
 ) -> str:
-    """One query's released rows → one file, sorted by partition key so the bytes are stable."""
+    """One query's released rows → one file, sorted by partition key so the bytes are stable.
+
+    The released columns have declared types (not inferred from the values), so the schema of an
+    output never depends on the data — not even on whether some value is missing (⊥).
+    """
     rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in by)))
-    columns = [*by, "value", "stddev"]
-    table = pa.table({c: [r[c] for r in rows] for c in columns}) if rows else _empty(by)
-    return write_release(table, path_without_ext, fmt)
-
-
-def _empty(by: Sequence[str]) -> pa.Table:
-    fields = [pa.field(c, pa.string()) for c in by]
-    fields += [pa.field("value", pa.float64()), pa.field("stddev", pa.float64())]
-    return pa.schema(fields).empty_table()
+    if not rows:
+        fields = [pa.field(c, pa.string()) for c in by]
+        fields += [pa.field(c, _ARROW_TYPES[t]) for c, t in columns]
+        return write_release(pa.schema(fields).empty_table(), path_without_ext, fmt)
+    data = {c: pa.array([r[c] for r in rows]) for c in by}
+    for c, t in columns:
+        data[c] = pa.array([r[c] for r in rows], type=_ARROW_TYPES[t])
+    return write_release(pa.table(data), path_without_ext, fmt)
 
 
 def build_pipeline(
@@ -118,21 +140,31 @@ def build_pipeline(
         _ = validated.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
     bounding_key = release_key.subkey("bounding")
     out_dir = job.output.path
+    ctx = BuildContext(schema, release_key, noise, num_shards)
     for q in plan.queries:
-        params = _typed_public_keys(q.params, schema)
-        name = params.name
+        if isinstance(q, QueryPlan):
+            params = _typed_public_keys(q.params, schema)
+            name, by = params.name, params.bounding.by
+            columns: tuple[tuple[str, str], ...] = AGGREGATE_COLUMNS
+            released = (
+                clean
+                | f"{name}/Aggregate"
+                >> AggregatePerPartition(params.bounding, bounding_key, num_shards)
+                # (partition_key, PartitionStats)
+                | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)
+            )  # {by..., value, stddev}
+        else:
+            name, by, columns = q.name, q.by, q.output_columns
+            kind = kind_for(job.queries[plan.queries.index(q)].metric)
+            released = kind.expand(clean, q, ctx)  # {by..., *output_columns}
         _ = (
-            clean
-            | f"{name}/Aggregate"
-            >> AggregatePerPartition(params.bounding, bounding_key, num_shards)
-            # (partition_key, PartitionStats)
-            | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)
-            # {by..., value, stddev}
+            released
             | f"{name}/Collect" >> combiners.ToList()
             | f"{name}/Write"
             >> beam.Map(
                 _write_query_output,
-                params.bounding.by,
+                by,
+                columns,
                 FileSystems.join(out_dir, name),
                 job.output.format,
             )
@@ -161,8 +193,7 @@ def run_release(
     with beam.Pipeline(runner=runner, options=options) as pipeline:
         build_pipeline(pipeline, job, plan, schema, key, noise=noise, num_shards=num_shards)
     outputs = {
-        q.params.name: os.path.join(job.output.path, q.params.name)
-        + RELEASE_FORMATS[job.output.format]
+        q.name: os.path.join(job.output.path, q.name) + RELEASE_FORMATS[job.output.format]
         for q in plan.queries
     }
     manifest = plan.to_manifest()

@@ -58,6 +58,8 @@ from transforms.params import (
 )
 
 from .config import ConfigError, JobConfig, QueryConfig
+from .kinds import METRIC_KINDS, kind_for
+from .kinds.base import KindPlan, PlanContext
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -135,7 +137,7 @@ class QueryPlan:
 
 @dataclass(frozen=True)
 class ReleasePlan:
-    queries: tuple[QueryPlan, ...]
+    queries: tuple[QueryPlan | KindPlan, ...]  # bounded aggregates, or another kind's plan
     total: Budget
     spent: Budget
     total_selection_delta: Fraction  # zCDP totals only: the δ for private selection
@@ -193,6 +195,10 @@ def plan_release(job: JobConfig) -> ReleasePlan:
     sel_deltas = _split_selection_delta(job, total)
     plans = tuple(
         _plan_query(job, i, q, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
+        if q.metric not in METRIC_KINDS
+        else kind_for(q.metric).plan(
+            q, PlanContext(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
+        )
         for i, q in enumerate(job.queries)
     )
     spent = compose(*(p.share for p in plans))
@@ -206,6 +212,13 @@ def plan_release(job: JobConfig) -> ReleasePlan:
     )
 
 
+def spends_delta(q: QueryConfig) -> bool:
+    """Does the query spend δ under a zCDP total (private selection, an (ε, δ) mechanism)?"""
+    if q.metric in METRIC_KINDS:
+        return kind_for(q.metric).needs_delta(q)
+    return q.private_partitions
+
+
 def _explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
     if isinstance(total, ZCDP):
         return ZCDP(q.rho) if q.rho is not None else None
@@ -215,10 +228,11 @@ def _explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
 
 
 def _split_selection_delta(job: JobConfig, total: Budget) -> dict[str, Fraction]:
-    """Under a zCDP total: budget.delta over the private-partition queries (explicit, rest even)."""
+    """Under a zCDP total: budget.delta over the queries that spend δ — private partitions or an
+    (ε, δ) mechanism of some kind — explicit shares first, the rest evenly."""
     if not isinstance(total, ZCDP) or not job.budget.delta:
         return {}
-    private = [q for q in job.queries if q.private_partitions]
+    private = [q for q in job.queries if spends_delta(q)]
     given = {q.name: q.delta for q in private if q.delta is not None}
     rest = [q.name for q in private if q.delta is None]
     left = job.budget.delta - sum(given.values(), Fraction(0))

@@ -1,0 +1,177 @@
+"""The interface every query kind implements, and the helpers it gets from the job layer.
+
+A kind is three steps, each at its own time:
+
+1. ``parse`` (reading the job file): validate the query's keys through :class:`QuerySection`, so
+   every error names ``queries[i].key``, the value and what is allowed; return a
+   :class:`~pipelines.config.QueryConfig` whose ``options`` hold the kind's own keys.
+2. ``plan`` (before any data is read): turn the query's share of the total budget into calibrated
+   mechanism parameters, and describe them (manifest entry, ``userdp plan`` lines). All budget
+   arithmetic happens here, on the launcher, never on workers.
+3. ``expand`` (building the pipeline): add the query's steps after validation. Its input is the
+   clean rows (``pa.Table`` batches with ``__person__`` as a canonical string, the ``by`` key
+   columns and float64 number columns); its output is a PCollection of one dict per released row
+   with the ``by`` columns and the kind's :attr:`KindPlan.output_columns`. Noise is drawn only in
+   the kind's final combine, from ``release_key`` keyed by (query, partition).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..config_fields import MISSING, Validator
+
+if TYPE_CHECKING:
+    from apache_beam.pvalue import PCollection
+
+    from transforms.mechanisms.accounting import Budget
+    from transforms.mechanisms.rng import ReleaseKey
+
+    from ..config import BudgetConfig, JobConfig, QueryConfig
+    from ..sources import InputSchema
+
+# Output column types a kind may declare (mapped to Arrow types by the writer).
+COLUMN_TYPES = ("float64", "int64", "string", "bool")
+
+
+class KindPlan(Protocol):
+    """A planned query of some kind: public facts only."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def share(self) -> Budget:
+        """The query's share of the total, in the total's kind (what it spends)."""
+        ...
+
+    @property
+    def by(self) -> tuple[str, ...]: ...
+
+    @property
+    def output_columns(self) -> tuple[tuple[str, str], ...]:
+        """(name, type) of the released columns after the ``by`` columns; type in COLUMN_TYPES."""
+        ...
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The manifest entry: metric, mechanism, guarantee, parameters. Nothing from the data."""
+        ...
+
+    def plan_lines(self) -> list[str]:
+        """Lines for ``userdp plan``: mechanism, guarantee, noise scale / error where known."""
+        ...
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What ``plan`` may use: the job, the query's index, its share and (zCDP totals) its δ."""
+
+    job: JobConfig
+    index: int
+    share: Budget
+    delta: Fraction  # under a rho total: the δ share this query asked for (needs_delta); else 0
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What ``expand`` may use when adding steps to the pipeline."""
+
+    schema: InputSchema
+    release_key: ReleaseKey
+    noise: bool  # False only from tests (exact values); never from a job file
+    num_shards: int
+
+
+class QueryKind(Protocol):
+    metrics: tuple[str, ...]
+
+    def parse(self, section: QuerySection) -> QueryConfig: ...
+
+    def needs_delta(self, query: QueryConfig) -> bool:
+        """Under a rho total: does this query spend a δ share (like private partition selection)?"""
+        ...
+
+    def required_columns(self, query: QueryConfig) -> dict[str, str]:
+        """Column → "key" (a partition column) or "number" (a numeric value) the query reads."""
+        ...
+
+    def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan: ...
+
+    def expand(
+        self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
+    ) -> PCollection[dict[str, Any]]: ...
+
+
+class QuerySection:
+    """One ``[[queries]]`` table being validated: ``queries[i].<key>`` errors, shared rules.
+
+    The common keys (``name``, ``metric``, ``by``, ``value``, ``bounds``, the budget shares …) are
+    read with the same rules as for the bounded aggregates; kinds add their own keys.
+    """
+
+    def __init__(
+        self, v: Validator, raw: Mapping[str, Any], index: int, budget: BudgetConfig
+    ) -> None:
+        self.v, self.raw, self.index, self.budget = v, raw, index, budget
+        self.prefix = f"queries[{index}]"
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}"
+
+    def fail(self, name: str, value: object, allowed: str, hint: str = "") -> Any:
+        self.v.fail(self.key(name), value, allowed, hint)
+
+    def has(self, name: str) -> bool:
+        return name in self.raw
+
+    def get(self, name: str) -> Any:
+        return self.raw.get(name, MISSING)
+
+    def allow_keys(self, keys: tuple[str, ...]) -> None:
+        self.v.keys(self.raw, f"{self.prefix}.", keys)
+
+    def string(self, name: str, *, required: bool = True) -> Any:
+        return self.v.string(self.raw, self.key(name), required=required)
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: Any = MISSING) -> Any:
+        return self.v.choice(self.raw, self.key(name), allowed, default=default)
+
+    def integer(self, name: str, *, required: bool, default: int) -> int:
+        return self.v.integer(self.raw, self.key(name), required=required, default=default)
+
+    def number(
+        self, name: str, *, positive: bool = False, below_one: bool = False
+    ) -> Fraction | None:
+        return self.v.number(self.raw, self.key(name), positive=positive, below_one=below_one)
+
+    def real(
+        self,
+        name: str,
+        *,
+        default: float | None = None,
+        low: float | None = None,
+        high: float | None = None,
+        open_low: bool = False,
+        open_high: bool = False,
+    ) -> float:
+        """A finite real in [low, high] (open ends when asked); ``default`` when absent."""
+        x = self.raw.get(name, MISSING)
+        if x is MISSING and default is not None:
+            return default
+        ok = isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
+        f = float(x) if ok else float("nan")
+        ok = ok and math.isfinite(f)
+        if ok and low is not None:
+            ok = f > low if open_low else f >= low
+        if ok and high is not None:
+            ok = f < high if open_high else f <= high
+        if not ok:
+            lo = "" if low is None else ("(" if open_low else "[") + f"{low:g}"
+            hi = "" if high is None else f"{high:g}" + (")" if open_high else "]")
+            rng = f" in {lo or '(-∞'}, {hi or '∞)'}" if low is not None or high is not None else ""
+            self.fail(name, x, f"a finite number{rng}")
+        return f
