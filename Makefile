@@ -46,7 +46,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/samplers.py
 
 demo: $(STAMP)
-	$(PY) -m pipelines.demo
+	$(PY) -m pipelines.cli demo
 
 clean:
 	rm -rf .venv .venv-active.stamp .pytest_cache .mypy_cache .ruff_cache

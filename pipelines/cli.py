@@ -81,6 +81,22 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--people", type=int, default=5000, help="persons in the synthetic log")
+    p.add_argument("--dir", help="working directory (default: a new temporary directory)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import demo  # noqa: PLC0415 (Beam loads only for commands that use it)
+
+    if args.people < 1:
+        print(f"userdp demo: --people must be ≥ 1, got {args.people}", file=sys.stderr)
+        return 2
+    demo(args.people, args.dir, args.seed, sys.stdout)
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "plan": Command(
         "validate a job file and print its budget split and noise, without reading data",
@@ -89,6 +105,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
     "generate": Command("write a synthetic browsing log", _generate_args, _generate),
+    "demo": Command(
+        "generate a small browsing log, release it on the Direct runner and print the result",
+        _demo_args,
+        _demo,
+    ),
 }
 
 

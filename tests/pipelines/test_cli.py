@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.cli import COMMANDS, main
@@ -35,11 +38,30 @@ def test_plan_bad_job_exits_2_with_the_message(
     assert str(bad) in err
 
 
-def test_only_existing_commands_are_registered() -> None:
-    assert set(COMMANDS) == {"plan", "run", "generate"}
+def test_unknown_commands_are_refused_by_argparse() -> None:
+    assert {"plan", "run", "generate", "demo"} <= set(COMMANDS)
     with pytest.raises(SystemExit) as e:
-        main(["demo"])  # not built yet: argparse refuses it
+        main(["publish"])
     assert e.value.code == 2
+
+
+def test_demo_generates_runs_and_prints_each_table_with_its_stddev(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--people", "400", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
+    assert manifest["spent"] == manifest["total"]
+    for name, file in manifest["outputs"].items():
+        table = pq.read_table(tmp_path / "release" / file)
+        assert f"{name} ({table.num_rows} released rows)" in out
+        values = table.column("value").to_pylist()
+        assert all(math.isfinite(v) for v in values)
+        if values:  # the largest released value is printed beside its stddev
+            top = max(table.to_pylist(), key=lambda r: r["value"])
+            assert f"{top['value']:>12.2f}  {top['stddev']:>10.2f}" in out
+    assert "budget: total (ε=1, δ=1e-06)" in out  # the plan is shown first
+    assert main(["demo", "--people", "0"]) == 2
 
 
 def test_generate_then_run_a_bad_and_a_good_job(
