@@ -2,9 +2,11 @@
 # environment is active it creates .venv and installs userdp with its dev extras into it.
 ifdef VIRTUAL_ENV
 PY := python
+USERDP := userdp
 STAMP := .venv-active.stamp
 else
 PY := .venv/bin/python
+USERDP := .venv/bin/userdp
 STAMP := .venv/.installed.stamp
 endif
 
@@ -46,7 +48,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/samplers.py
 
 demo: $(STAMP)
-	$(PY) -m pipelines.cli demo
+	$(USERDP) demo
 
 clean:
 	rm -rf .venv .venv-active.stamp .pytest_cache .mypy_cache .ruff_cache
