@@ -1,0 +1,107 @@
+"""One value per person: the reduction step of the mechanisms that work on per-person values.
+
+The shifted inverse mechanism (per-person totals and maxima), smooth sensitivity, propose-test-
+release and the stability-based release all see the data as a multiset of per-person values, so
+that adding or removing one person adds or removes exactly one value. :class:`PerPersonValues`
+computes that multiset on Beam: rows are sharded by a keyed hash of the person (all rows of a
+person land in one shard, :class:`transforms.aggregate.ShardByPerson`), then each shard is reduced
+with one vectorised ``pyarrow`` group-by. The output is one float64 numpy array per shard — person
+ids are dropped, they are not needed after the reduction. Not private on its own: it feeds a
+mechanism's final combine and must never be written out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import apache_beam as beam
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.pvalue import PCollection
+
+from .aggregate import ShardByPerson
+from .bounding import PERSON_COLUMN
+
+Reduction = Literal["count", "sum", "mean", "max", "min", "distinct"]
+REDUCTIONS: tuple[str, ...] = get_args(Reduction)
+F64 = npt.NDArray[np.float64]
+
+# reduction → pyarrow hash aggregate; "count" counts rows (the person column is never null)
+_AGGREGATE = {
+    "count": "count",
+    "sum": "sum",
+    "mean": "mean",
+    "max": "max",
+    "min": "min",
+    "distinct": "count_distinct",
+}
+
+
+def check_reduction(reduction: str, value: str | None) -> None:
+    """``count`` needs no column; every other reduction reads one (``distinct``: any type)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"per-person reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if reduction == "count" and value is not None:
+        raise ValueError("the per-person 'count' reduction counts rows; it takes no value column")
+    if reduction != "count" and not value:
+        raise ValueError(f"the per-person {reduction!r} reduction needs a value column")
+
+
+def reduce_per_person(table: pa.Table, reduction: str, value: str | None) -> F64:
+    """One value per distinct ``__person__`` in ``table`` (which must hold all of their rows).
+
+    The order of the values is unspecified (the mechanisms take multisets). ``count`` and
+    ``distinct`` are exact integers as floats; ``sum``/``mean``/``max``/``min`` of a float64
+    column. Values are not clamped here: each mechanism clamps to its own declared bounds.
+    """
+    check_reduction(reduction, value)
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.float64)
+    column = PERSON_COLUMN if reduction == "count" else str(value)
+    grouped = table.select(list(dict.fromkeys([PERSON_COLUMN, column]))).group_by(PERSON_COLUMN)
+    agg = grouped.aggregate([(column, _AGGREGATE[reduction])])
+    out: F64 = np.asarray(
+        pc.cast(agg.column(f"{column}_{_AGGREGATE[reduction]}"), pa.float64()).to_numpy(
+            zero_copy_only=False
+        ),
+        dtype=np.float64,
+    )
+    return out
+
+
+class _ReduceShard:
+    def __init__(self, reduction: str, value: str | None) -> None:
+        check_reduction(reduction, value)
+        self._reduction, self._value = reduction, value
+
+    def __call__(self, shard: int, table: pa.Table) -> F64:
+        del shard
+        return reduce_per_person(table, self._reduction, self._value)
+
+
+class PerPersonValues(beam.PTransform[Any, Any]):
+    """Clean tables → PCollection[np.ndarray]: per shard, one value per person in the shard.
+
+    Args:
+      reduction: ``count`` (rows), ``sum``/``mean``/``max``/``min`` of ``value``, or ``distinct``
+        (number of distinct values of ``value``, e.g. distinct URLs a person visited).
+      value: the column the reduction reads (None for ``count``).
+      key: the 32-byte sharding key derived by the launcher from the release secret.
+      num_shards: person shards (each held in memory by one worker).
+    """
+
+    def __init__(self, reduction: str, value: str | None, key: bytes, num_shards: int) -> None:
+        super().__init__()
+        check_reduction(reduction, value)
+        self._reduction, self._value = reduction, value
+        self._key, self._num_shards = key, num_shards
+
+    def expand(self, tables: PCollection[Any]) -> PCollection[Any]:
+        out: PCollection[Any] = (
+            tables
+            | "ShardByPerson" >> ShardByPerson(self._num_shards, self._key)
+            | "ReducePerPerson" >> beam.MapTuple(_ReduceShard(self._reduction, self._value))
+        )
+        return out
