@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .config import ConfigError, load_job
+from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
 from .plan import plan_release
 from .plan_text import print_plan
 
@@ -105,6 +106,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
     "generate": Command("write a synthetic browsing log", _generate_args, _generate),
+    "ledger": Command(LEDGER_HELP, add_ledger_arguments, run_ledger),
     "demo": Command(
         "generate a small browsing log, release it on the Direct runner and print the result",
         _demo_args,

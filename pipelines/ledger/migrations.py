@@ -1,0 +1,143 @@
+"""Versioned schema migrations, the same for SQLite and PostgreSQL.
+
+``ledger_schema_migrations`` records every applied version. Opening a ledger applies the missing
+migrations in order, each in the serialised write transaction together with its record, so a crash
+or a concurrent opener never leaves half a migration (DDL is transactional on both databases). A
+ledger whose version is newer than this code knows is refused rather than misread.
+
+Amounts are exact rationals stored as text ``"p/q"`` (never floats). The statements use a small
+common dialect; ``{blob}`` and ``{autoinc}`` are filled in per database.
+
+Invariants (checked by :meth:`~pipelines.ledger.store.LedgerStore.check_invariants`):
+
+* a scope's (and each period's) ``spent`` is exactly the sum of the ``counted`` amounts of the
+  releases that charged it, and never exceeds its cap;
+* a release charges one scope and the periods listed in ``ledger_release_periods``; its release id
+  is the primary key, so it is charged at most once;
+* a ``completed`` release has its outputs, manifest hash and completion time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import LedgerSchemaError
+
+Dialect = Literal["sqlite", "postgres"]
+
+_DIALECT = {
+    "sqlite": {"blob": "BLOB", "autoinc": "INTEGER PRIMARY KEY AUTOINCREMENT"},
+    "postgres": {"blob": "BYTEA", "autoinc": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
+}
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "scopes, periods, releases, events",
+        (
+            """CREATE TABLE ledger_scopes (
+                scope TEXT PRIMARY KEY,
+                kind TEXT NOT NULL CHECK (kind IN ('approx', 'zcdp')),
+                cap_main TEXT NOT NULL,
+                cap_delta TEXT NOT NULL,
+                period_cap_main TEXT,
+                period_cap_delta TEXT,
+                zcdp_delta TEXT,
+                spent_main TEXT NOT NULL,
+                spent_delta TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                CHECK ((period_cap_main IS NULL) = (period_cap_delta IS NULL)),
+                CHECK (kind = 'approx' OR zcdp_delta IS NULL)
+            )""",
+            """CREATE TABLE ledger_periods (
+                scope TEXT NOT NULL REFERENCES ledger_scopes (scope),
+                period TEXT NOT NULL,
+                cap_main TEXT,
+                cap_delta TEXT,
+                spent_main TEXT NOT NULL,
+                spent_delta TEXT NOT NULL,
+                PRIMARY KEY (scope, period),
+                CHECK ((cap_main IS NULL) = (cap_delta IS NULL))
+            )""",
+            """CREATE TABLE ledger_releases (
+                release_id TEXT PRIMARY KEY,
+                scope TEXT NOT NULL REFERENCES ledger_scopes (scope),
+                cost_kind TEXT NOT NULL CHECK (cost_kind IN ('pure', 'approx', 'zcdp')),
+                cost_main TEXT NOT NULL,
+                cost_delta TEXT NOT NULL,
+                counted_main TEXT NOT NULL,
+                counted_delta TEXT NOT NULL,
+                conversion TEXT NOT NULL,
+                config_hash TEXT NOT NULL,
+                input_fingerprint TEXT NOT NULL,
+                secret {blob} NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('reserved', 'completed')),
+                reserved_at TEXT NOT NULL,
+                completed_at TEXT,
+                outputs TEXT,
+                manifest_hash TEXT,
+                CHECK (status = 'reserved' OR (completed_at IS NOT NULL
+                       AND outputs IS NOT NULL AND manifest_hash IS NOT NULL))
+            )""",
+            """CREATE TABLE ledger_release_periods (
+                release_id TEXT NOT NULL REFERENCES ledger_releases (release_id),
+                scope TEXT NOT NULL,
+                period TEXT NOT NULL,
+                PRIMARY KEY (release_id, period),
+                FOREIGN KEY (scope, period) REFERENCES ledger_periods (scope, period)
+            )""",
+            """CREATE TABLE ledger_events (
+                id {autoinc},
+                at TEXT NOT NULL,
+                event TEXT NOT NULL,
+                scope TEXT,
+                period TEXT,
+                release_id TEXT,
+                detail TEXT NOT NULL
+            )""",
+        ),
+    ),
+    Migration(
+        2,
+        "indexes for history and per-period sums",
+        (
+            "CREATE INDEX ledger_releases_by_scope ON ledger_releases (scope, reserved_at)",
+            "CREATE INDEX ledger_release_periods_by_period "
+            "ON ledger_release_periods (scope, period)",
+        ),
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS ledger_schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)"""
+
+
+def statements_for(migration: Migration, dialect: Dialect) -> list[str]:
+    return [s.format(**_DIALECT[dialect]) for s in migration.statements]
+
+
+def pending(current: int, migrations: Sequence[Migration] = MIGRATIONS) -> list[Migration]:
+    """The migrations after version ``current``; refuses a ledger newer than this code."""
+    known = migrations[-1].version if migrations else 0
+    if current > known:
+        raise LedgerSchemaError(
+            f"the ledger's schema is version {current} but this userdp knows versions up to "
+            f"{known}: upgrade userdp before using this ledger (never downgrade a ledger)"
+        )
+    return [m for m in migrations if m.version > current]

@@ -1,0 +1,325 @@
+"""The ledger protocol, on SQLite and on PostgreSQL (skipped without a server): charges, refusals
+with their numbers, re-runs, conflicts, completion, caps, quotes, history and invariants."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from fractions import Fraction
+
+import pytest
+
+from pipelines.ledger import (
+    EACH_PERIOD,
+    Amount,
+    CapExceededError,
+    Cost,
+    IncompatibleCostError,
+    LedgerError,
+    LedgerStore,
+    ReleaseConflictError,
+    UnknownScopeError,
+)
+from transforms.mechanisms.accounting import ZCDP, ApproxDP, BudgetExceededError, PureDP
+
+THIRD = Cost(PureDP(Fraction(1, 3)))
+
+
+def eps(main: Fraction | int, delta: Fraction | int = 0) -> Amount:
+    return Amount("approx", Fraction(main), Fraction(delta))
+
+
+def reserve(
+    ledger: LedgerStore,
+    rid: str,
+    cost: Cost = THIRD,
+    periods: tuple[str, ...] = (),
+    *,
+    scope: str = "logs",
+    config: str = "cfg",
+    fp: str = "fp",
+) -> object:
+    return ledger.reserve(
+        rid, scope=scope, periods=periods, cost=cost, config_hash=config, input_fingerprint=fp
+    )
+
+
+def spent(ledger: LedgerStore, period: str | None = None) -> Amount:
+    (s,) = ledger.status("logs")
+    if period is None:
+        return s.scope.spent
+    return next(p.spent for p in s.periods if p.period == period)
+
+
+def test_thirds_fill_a_cap_of_one_exactly(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1))
+    for i in range(3):
+        reserve(ledger, f"r{i}")
+    assert spent(ledger) == eps(1)  # exact: 3 × 1/3 is 1, not 1 − 2⁻⁵³
+    with pytest.raises(CapExceededError, match=re.escape("remaining (ε=0, δ=0)")):
+        reserve(ledger, "r3", Cost(PureDP(Fraction(1, 10**30))))
+    reserve(ledger, "free", Cost(PureDP(0)))  # a zero cost always fits
+    assert ledger.check_invariants() == []
+
+
+def test_refusal_names_the_scope_cap_spent_and_requested(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1, Fraction(1, 10**6)))
+    reserve(ledger, "a", Cost(ApproxDP(Fraction(2, 3), Fraction(1, 10**6))))
+    msg = (
+        "release 'b' refused: it would exceed the cap of scope 'logs': "
+        "cap (ε=1, δ=1/1000000 (≈1e-06)), spent (ε=2/3 (≈0.6666666667), δ=1/1000000 (≈1e-06)), "
+        "requested (ε=1/3 (≈0.3333333333), δ=1/1000000000 (≈1e-09)), "
+        "remaining (ε=1/3 (≈0.3333333333), δ=0). Nothing was charged"
+    )
+    with pytest.raises(CapExceededError, match=re.escape(msg)) as e:
+        reserve(ledger, "b", Cost(ApproxDP(Fraction(1, 3), Fraction(1, 10**9))))  # δ is over
+    assert isinstance(e.value, BudgetExceededError)  # accounting's error, for callers of either
+    assert (e.value.scope, e.value.period, e.value.cap) == (
+        "logs",
+        None,
+        eps(1, Fraction(1, 10**6)),
+    )
+    assert ledger.release("b") is None and spent(ledger) == eps(Fraction(2, 3), Fraction(1, 10**6))
+
+
+def test_a_period_cap_refuses_and_nothing_is_charged_anywhere(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(10))
+    ledger.set_cap("logs", eps(Fraction(1, 2)), period=EACH_PERIOD)
+    ledger.set_cap("logs", eps(1), period="2025-W02")
+    reserve(ledger, "a", periods=("2025-W01", "2025-W02"))
+    msg = (
+        "release 'b' refused: it would exceed the cap of period '2025-W01' of scope 'logs': "
+        "cap (ε=1/2 (≈0.5), δ=0), spent (ε=1/3 (≈0.3333333333), δ=0), "
+        "requested (ε=1/3 (≈0.3333333333), δ=0), remaining (ε=1/6 (≈0.1666666667), δ=0)"
+    )
+    with pytest.raises(CapExceededError, match=re.escape(msg)):
+        reserve(ledger, "b", periods=("2025-W02", "2025-W03", "2025-W01"))
+    # All or nothing: W02 (which had room) and the scope are unchanged, W03 was not created.
+    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(1, 3))
+    (s,) = ledger.status("logs")
+    assert [p.period for p in s.periods] == ["2025-W01", "2025-W02"]
+    assert [p.cap_is_default for p in s.periods] == [True, False]
+    reserve(ledger, "c", periods=("2025-W02", "2025-W03"))
+    assert spent(ledger, "2025-W02") == eps(Fraction(2, 3))
+    assert spent(ledger, "2025-W03") == eps(Fraction(1, 3))
+    assert ledger.check_invariants() == []
+
+
+def test_missing_caps_are_refused(ledger: LedgerStore) -> None:
+    with pytest.raises(UnknownScopeError, match="scope 'logs' has no cap in this ledger"):
+        reserve(ledger, "a")
+    with pytest.raises(UnknownScopeError, match="scope 'logs' does not exist: set its own cap"):
+        ledger.set_cap("logs", eps(1), period="2025-W01")
+    ledger.set_cap("logs", eps(1))
+    with pytest.raises(
+        UnknownScopeError,
+        match="period '2025-W01' of scope 'logs' has no cap and the scope has no per-period",
+    ):
+        reserve(ledger, "a", periods=("2025-W01",))
+    with pytest.raises(ValueError, match="periods must be distinct"):
+        reserve(ledger, "a", periods=("2025-W01", "2025-W01"))
+    with pytest.raises(TypeError, match="periods must be a sequence of period names, got the str"):
+        reserve(ledger, "a", periods="2025-W01")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="release id must be 1-200 of"):
+        reserve(ledger, "a b")
+    assert ledger.releases() == []
+
+
+def test_cost_of_the_wrong_kind_is_refused(ledger: LedgerStore) -> None:
+    ledger.set_cap("rho-scope", Amount("zcdp", Fraction(1)))
+    with pytest.raises(IncompatibleCostError, match="implies no zCDP bound"):
+        reserve(ledger, "a", Cost(ApproxDP(1, Fraction(1, 10**6))), scope="rho-scope")
+    reserve(ledger, "b", Cost(PureDP(1)), scope="rho-scope")  # ε = 1 counts as ρ = 1/2
+    (s,) = ledger.status("rho-scope")
+    assert s.scope.spent == Amount("zcdp", Fraction(1, 2))
+    ledger.set_cap("logs", eps(1))
+    with pytest.raises(IncompatibleCostError, match="has an \\(ε, δ\\) cap and no conversion δ"):
+        reserve(ledger, "c", Cost(ZCDP(Fraction(1, 100))))
+
+
+def test_zcdp_release_in_an_approx_scope_is_converted_and_recorded(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1, Fraction(1, 10**5)), zcdp_delta=Fraction(1, 10**6))
+    r = ledger.reserve(
+        "z", scope="logs", periods=(), cost=Cost(ZCDP(Fraction(1, 1000)), Fraction(1, 10**8)),
+        config_hash="c", input_fingerprint="f",
+    )  # fmt: skip
+    assert r.counted.delta == Fraction(1, 10**6) + Fraction(1, 10**8)
+    assert 0.1 < r.counted.main < 0.2  # CKS at ρ = 10⁻³, δ = 10⁻⁶: ε ≈ 0.1727
+    record = ledger.release("z")
+    assert record is not None
+    assert (record.counted, record.conversion) == (r.counted, r.conversion)  # exact round trip
+    assert r.to_manifest()["conversion"].startswith("ρ=1/1000 (≈0.001)-zCDP → (ε=")
+    assert spent(ledger) == r.counted
+
+
+def test_rerun_of_the_same_release_is_free_and_returns_the_same_secret(
+    ledger: LedgerStore, reopen: Callable[[], LedgerStore]
+) -> None:
+    ledger.set_cap("logs", eps(1))
+    ledger.set_cap("logs", eps(1), period=EACH_PERIOD)
+    first = ledger.reserve(
+        "weekly-2025-W03", scope="logs", periods=["2025-W03", "2025-W02"], cost=THIRD,
+        config_hash="c", input_fingerprint="f",
+    )  # fmt: skip
+    assert not first.rerun and len(first.secret) == 32 and "secret" not in repr(first)
+    # The run was killed before complete(): its charge stays, and a re-run (another launcher,
+    # periods in another order) is free and gets the same noise key.
+    with reopen() as other:
+        again = other.reserve(
+            "weekly-2025-W03", scope="logs", periods=["2025-W02", "2025-W03"], cost=THIRD,
+            config_hash="c", input_fingerprint="f",
+        )  # fmt: skip
+    assert again.rerun and again.secret == first.secret
+    assert again.to_manifest() == first.to_manifest()
+    assert again.key.rng("q", "noise").read(16) == first.key.rng("q", "noise").read(16)
+    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(1, 3))
+    other_id = reserve(ledger, "weekly-2025-W03-b", periods=("2025-W03",), config="c", fp="f")
+    assert other_id.secret != first.secret  # type: ignore[attr-defined]  # a new id: a new charge
+    assert spent(ledger) == eps(Fraction(2, 3))
+    assert [e.event for e in ledger.events()][-3:] == ["reserve", "rerun", "reserve"]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"fp": "fp-changed"}, "input fingerprint: recorded fp, now fp-changed"),
+        ({"config": "cfg-changed"}, "config hash: recorded cfg, now cfg-changed"),
+        ({"periods": ("2025-W01", "2025-W02")}, "periods: recorded ['2025-W01'], now"),
+        ({"cost": Cost(PureDP(Fraction(1, 4)))}, "cost: recorded ε=1/3 (≈0.3333333333), now ε=1/4"),
+        ({"scope": "other"}, "scope: recorded logs, now other"),
+    ],
+)
+def test_a_changed_rerun_is_refused_because_it_would_publish_the_difference(
+    ledger: LedgerStore, change: dict[str, object], says: str
+) -> None:
+    for scope in ("logs", "other"):
+        ledger.set_cap(scope, eps(1))
+        ledger.set_cap(scope, eps(1), period=EACH_PERIOD)
+    reserve(ledger, "r", periods=("2025-W01",))
+    args: dict[str, object] = {"periods": ("2025-W01",), **change}
+    with pytest.raises(ReleaseConflictError, match=re.escape(says)) as e:
+        reserve(ledger, "r", **args)  # type: ignore[arg-type]
+    assert "subtracting the two outputs would cancel the noise" in str(e.value)
+    assert "Use a new release id (a new charge)" in str(e.value)
+    assert spent(ledger) == eps(Fraction(1, 3)) and len(ledger.releases()) == 1
+
+
+def test_complete_records_outputs_and_refuses_a_different_rerun(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1))
+    with pytest.raises(LedgerError, match="release 'r' is not in the ledger"):
+        ledger.complete("r", {}, "sha256:00")
+    reserve(ledger, "r")
+    done = ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:aa")
+    assert done.status == "completed" and done.outputs == {"visits": "out/visits.parquet"}
+    assert ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:aa") == done
+    with pytest.raises(ReleaseConflictError, match="this run produced manifest hash sha256:bb"):
+        ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:bb")
+    (record,) = ledger.releases()
+    assert record.manifest_hash == "sha256:aa" and record.completed_at is not None
+    assert [e.event for e in ledger.events()] == ["set-cap", "reserve", "complete"]
+
+
+def test_set_cap_rules(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1), zcdp_delta=Fraction(1, 10**7))
+    reserve(ledger, "a", Cost(PureDP(Fraction(1, 2))))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "cap (ε=1/4 (≈0.25), δ=0) for scope 'logs' is below what is already spent, (ε=1/2"
+        ),
+    ):
+        ledger.set_cap("logs", eps(Fraction(1, 4)))
+    with pytest.raises(ValueError, match="scope 'logs' is capped in approx amounts"):
+        ledger.set_cap("logs", Amount("zcdp", Fraction(1)))
+    with pytest.raises(ValueError, match="a conversion δ in \\(0, 1\\) is set only with the scope"):
+        ledger.set_cap("logs", eps(1), period=EACH_PERIOD, zcdp_delta=Fraction(1, 10))
+    with pytest.raises(ValueError, match="a cap's δ must be < 1"):
+        ledger.set_cap("logs", eps(1, 1))
+    ledger.set_cap("logs", eps(Fraction(1, 2)))  # down to exactly what is spent: a freeze
+    (s,) = ledger.status("logs")
+    assert s.scope.remaining == eps(0) and s.zcdp_delta == Fraction(1, 10**7)  # kept
+    ledger.set_cap("logs", eps(5))
+    ledger.set_cap("logs", eps(1), period=EACH_PERIOD)
+    reserve(ledger, "b", periods=("W1",))
+    with pytest.raises(ValueError, match="for period 'W1' \\(it uses the default\\) is below"):
+        ledger.set_cap("logs", eps(Fraction(1, 10)), period=EACH_PERIOD)
+    ledger.set_cap("logs", eps(2), period=EACH_PERIOD)  # raising the default raises W1's cap
+    (s,) = ledger.status("logs")
+    assert s.periods[0].cap == eps(2) and s.periods[0].cap_is_default
+    assert ledger.check_invariants() == []
+
+
+def test_quote_shows_cost_and_what_remains_without_writing(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1))
+    ledger.set_cap("logs", eps(Fraction(1, 2)), period=EACH_PERIOD)
+    q = ledger.quote("logs", ["W1"], THIRD)
+    assert q.refusal is None and q.counted == eps(Fraction(1, 3)) and q.existing is None
+    assert [(a.period, a.remaining) for a in q.accounts] == [
+        (None, eps(1)),
+        ("W1", eps(Fraction(1, 2))),
+    ]
+    reserve(ledger, "r", periods=("W1",))
+    q = ledger.quote("logs", ["W1"], THIRD, release_id="r")
+    assert q.existing is not None and q.existing.release_id == "r"
+    assert q.refusal is not None and "cap of period 'W1' of scope 'logs'" in q.refusal
+    assert ledger.quote("nope", [], THIRD).refusal == (
+        "scope 'nope' has no cap in this ledger: set one with `userdp ledger set-cap --scope nope "
+        "--epsilon E [--delta D]` (or --rho R) before charging it"
+    )
+    assert len(ledger.releases()) == 1 and spent(ledger) == eps(Fraction(1, 3))
+
+
+def test_history_lists_every_charge_in_order(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1))
+    ledger.set_cap("other", Amount("zcdp", Fraction(1)))
+    for rid in ("r1", "r2"):
+        reserve(ledger, rid)
+    reserve(ledger, "z", Cost(ZCDP(Fraction(1, 8))), scope="other")
+    assert [r.release_id for r in ledger.releases()] == ["r1", "r2", "z"]
+    assert [r.release_id for r in ledger.releases("other")] == ["z"]
+    js = ledger.releases("logs")[0].to_json()
+    assert js["cost"] == THIRD.to_manifest() and js["counted"]["epsilon_exact"] == "1/3"
+    assert "secret" not in js
+
+
+def test_invariant_check_catches_a_tampered_spend(ledger: LedgerStore) -> None:
+    ledger.set_cap("logs", eps(1))
+    reserve(ledger, "r")
+    assert ledger.check_invariants() == []
+    ledger._write(lambda tx: tx.execute("UPDATE ledger_scopes SET spent_main = '1/4'"))
+    assert ledger.check_invariants() == [
+        "scope 'logs': spent (ε=1/4 (≈0.25), δ=0) but its releases sum to "
+        "(ε=1/3 (≈0.3333333333), δ=0)"
+    ]
+
+
+def test_a_weekly_schedule_stops_exactly_when_a_week_would_overspend(ledger: LedgerStore) -> None:
+    # Each weekly release reads the last three ISO weeks at ε = 1/2; each week may give ε = 1.
+    # So a week can be read twice: the release of 2025-W03 (reading W01 a third time) is refused.
+    ledger.set_cap("logs", eps(100))
+    ledger.set_cap("logs", eps(1), period=EACH_PERIOD)
+    weeks = [f"2025-W{w:02d}" for w in range(1, 6)]
+    half = Cost(PureDP(Fraction(1, 2)))
+    manifests = []
+    for i in range(2):
+        r = ledger.reserve(
+            f"weekly-{weeks[i]}", scope="logs", periods=weeks[max(0, i - 2) : i + 1], cost=half,
+            config_hash="c", input_fingerprint=f"fp-{i}",
+        )  # fmt: skip
+        manifests.append(r.to_manifest())
+    msg = (
+        "release 'weekly-2025-W03' refused: it would exceed the cap of period '2025-W01' of scope "
+        "'logs': cap (ε=1, δ=0), spent (ε=1, δ=0), requested (ε=1/2 (≈0.5), δ=0), "
+        "remaining (ε=0, δ=0). Nothing was charged"
+    )
+    with pytest.raises(CapExceededError, match=re.escape(msg)):
+        ledger.reserve(
+            "weekly-2025-W03", scope="logs", periods=weeks[0:3], cost=half, config_hash="c",
+            input_fingerprint="fp-2",
+        )  # fmt: skip
+    assert spent(ledger, "2025-W01") == eps(1) and spent(ledger, "2025-W02") == eps(Fraction(1, 2))
+    assert spent(ledger) == eps(1)
+    # The manifest's ledger block and the history agree on every charge.
+    for m, record in zip(manifests, ledger.releases(), strict=True):
+        js = record.to_json()
+        assert {k: js[k] for k in m} == m
