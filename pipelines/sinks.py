@@ -7,7 +7,9 @@ bytes — so a re-run can be compared byte for byte:
 - Parquet: ``pyarrow.parquet`` writes no timestamps; the ``created_by`` string names the pyarrow
   version, so bytes are stable for one pyarrow version.
 - Avro: fastavro with a sync marker derived from the Avro schema (not random) and no codec.
-- CSV: ``pyarrow.csv`` with a header.
+- CSV: ``pyarrow.csv`` with a header; float columns are written as Python ``repr`` text
+  (``123.0``, never ``123``), so a reader infers float64 whatever the values — an integral noisy
+  count must not turn the column into integers.
 - JSON: JSON Lines, one object per row, keys in column order, non-finite floats refused.
 
 ``WriteDeadLetters`` writes dead-letter dicts as JSON Lines. They are raw private input rows: the
@@ -76,6 +78,16 @@ def _json_bytes(table: pa.Table) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
 
+def _csv_floats_as_text(table: pa.Table) -> pa.Table:
+    """Float columns → shortest round-trip text with a decimal point or exponent (``repr``)."""
+    for i, name in enumerate(table.column_names):
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            text = [None if v is None else repr(float(v)) for v in col.to_pylist()]
+            table = table.set_column(i, name, pa.array(text, pa.string()))
+    return table
+
+
 def release_bytes(table: pa.Table, fmt: str) -> bytes:
     """The bytes ``write_release`` would write for ``table`` in ``fmt``."""
     if fmt == "parquet":
@@ -86,7 +98,7 @@ def release_bytes(table: pa.Table, fmt: str) -> bytes:
         return _avro_bytes(table)
     if fmt == "csv":
         buf = pa.BufferOutputStream()
-        pcsv.write_csv(table, buf)
+        pcsv.write_csv(_csv_floats_as_text(table), buf)
         return bytes(buf.getvalue().to_pybytes())
     if fmt == "json":
         return _json_bytes(table)

@@ -23,10 +23,14 @@ in another is fine (both read as ``int64``); ``int64`` and ``string`` is a mixed
 ``ReadArrowTables`` then yields *raw tables*: exactly the configured columns, each either in its
 canonical type (``int64``, ``float64``, ``string``, ``bool``) or as ``pa.string()`` text still to
 be parsed (CSV, and JSONL/Avro chunks with mixed types), plus an optional ``__reject__`` string
-column holding a reason for rows the reader already knows are bad (e.g. a JSON string in an integer
-person column). Each table's schema metadata holds the source file under ``FILE_METADATA_KEY``, so
-dead-letter rows can name their file without a per-row column. ``transforms.validate.ValidateRows``
-turns raw tables into the clean tables of ``docs/release-job-contracts.md`` section 3.
+column holding a reason for rows the reader already knows are bad: a JSON/Avro value of another
+type than the column's (a JSON string in an integer person column), ``"malformed record"`` (a line
+that is not a JSON object, nested too deeply or holding a lone surrogate; a CSV row with the wrong
+number of fields, whose fields are then all null) and ``"invalid UTF-8 text in <column>"`` (CSV
+bytes that are not UTF-8, kept escaped). No malformed row stops the read. Each table's schema
+metadata holds the source file under ``FILE_METADATA_KEY``, so dead-letter rows can name their
+file without a per-row column. ``transforms.validate.ValidateRows`` turns raw tables into the
+clean tables of ``docs/release-job-contracts.md`` section 3.
 """
 
 from __future__ import annotations
@@ -172,7 +176,7 @@ def _file_families(path: str, fmt: str, names: list[str]) -> dict[str, str]:
     for line in head:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # a malformed line is a row problem (dead letter), not a schema problem
         if not isinstance(record, dict):
             continue
@@ -183,17 +187,21 @@ def _file_families(path: str, fmt: str, names: list[str]) -> dict[str, str]:
 
 
 def _csv_families(path: str, names: list[str], tallies: dict[str, Counter[str]]) -> dict[str, str]:
-    """CSV is text: tally which values of the head parse as integer, float or bool."""
-    convert = pcsv.ConvertOptions(
-        column_types={n: pa.string() for n in names}, strings_can_be_null=True, null_values=[""]
-    )
+    """CSV is text: tally which values of the head parse as integer, float or bool.
+
+    Rows with the wrong number of fields and values that are not UTF-8 are row problems (dead
+    letters when the file is read), so the head skips them.
+    """
     with FileSystems.open(path) as f:
         reader = pcsv.open_csv(
-            f, read_options=pcsv.ReadOptions(block_size=HEAD_BYTES), convert_options=convert
+            f,
+            read_options=pcsv.ReadOptions(block_size=HEAD_BYTES),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=lambda row: "skip"),
+            convert_options=_csv_convert(names, only=False),
         )
         present = [n for n in names if n in reader.schema.names]
         try:
-            head = pa.Table.from_batches([reader.read_next_batch()])
+            head, _ = _csv_text(pa.Table.from_batches([reader.read_next_batch()]).select(present))
         except StopIteration:
             head = pa.table({n: pa.array([], pa.string()) for n in present})
     for n in present:
@@ -262,7 +270,14 @@ def inspect_inputs(path_glob: str, fmt: str, columns: Mapping[str, str]) -> Inpu
     names = list(columns)
     seen: dict[str, tuple[str, str]] = {}  # column -> (family, first file)
     for path in files:
-        families = _file_families(path, fmt, names)
+        try:
+            families = _file_families(path, fmt, names)
+        except (pa.ArrowException, ValueError, EOFError) as e:
+            # The reader's own message may quote data: only its type is shown.
+            raise SchemaError(
+                f"input file {path}: cannot be read as {fmt} ({type(e).__name__}); "
+                f"allowed: a readable {fmt} file with the columns {', '.join(names)}"
+            ) from e
         for column, kind in columns.items():
             if column not in families:
                 raise SchemaError(
@@ -296,7 +311,67 @@ def _with_file(table: pa.Table, path: str) -> pa.Table:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except RecursionError:
+        return "<too deeply nested>"
+
+
+def _float_text(value: int | float) -> str:
+    try:
+        return repr(float(value))
+    except OverflowError:  # an integer beyond the float range is ±inf, clamped like any other
+        return "inf" if value > 0 else "-inf"
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from the JSON escape \ud800
+        return False
+    return True
+
+
+def _csv_convert(names: list[str], *, only: bool = True) -> pcsv.ConvertOptions:
+    """CSV columns as bytes (UTF-8 is checked per value by ``_csv_text``); "" is null.
+
+    ``only``: read only ``names`` (they must all exist; the schema check has made sure).
+    """
+    return pcsv.ConvertOptions(
+        include_columns=names if only else [],
+        column_types={n: pa.binary() for n in names},
+        strings_can_be_null=True,
+        null_values=[""],  # only an empty field is null; "NA" or "nan" stay text
+    )
+
+
+def _csv_text(table: pa.Table) -> tuple[pa.Table, list[str | None] | None]:
+    """Binary CSV columns → text, and per row a reject reason where a value is not UTF-8.
+
+    Such a value is kept with its bad bytes escaped (``\\xff``) for the operator's dead letter.
+    Vectorised: only a column that fails the UTF-8 check is decoded value by value.
+    """
+    reasons: list[str | None] | None = None
+    columns: dict[str, Any] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        try:
+            columns[name] = pc.cast(col, pa.string())
+            continue
+        except pa.ArrowInvalid:
+            pass
+        texts: list[str | None] = []
+        for i, raw in enumerate(col.to_pylist()):
+            try:
+                texts.append(None if raw is None else raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(raw.decode("utf-8", "backslashreplace"))
+                reasons = reasons or [None] * table.num_rows
+                reasons[i] = reasons[i] or f"invalid UTF-8 text in {name}"
+        columns[name] = pa.array(texts, pa.string())
+    return pa.table(columns, schema=pa.schema([(n, pa.string()) for n in columns])), reasons
 
 
 def records_to_table(records: list[Any], schema: InputSchema) -> pa.Table:
@@ -318,8 +393,11 @@ def records_to_table(records: list[Any], schema: InputSchema) -> pa.Table:
             want = _family(target.field(name).type)
             if family is None:
                 cols[name].append(None)
+            elif isinstance(value, str) and not _is_utf8(value):
+                cols[name].append(value.encode("utf-8", "backslashreplace").decode())
+                reason = reason or "malformed record"
             elif want == "float" and family in ("integer", "float"):
-                cols[name].append(repr(float(value)))
+                cols[name].append(_float_text(value))
             elif family == want:
                 cols[name].append(value if family == "string" else json.dumps(value))
             else:
@@ -354,17 +432,27 @@ class _ReadFile(beam.DoFn):
 
     def _csv(self, f: Any) -> Iterator[pa.Table]:
         names = list(self._schema.columns)
-        convert = pcsv.ConvertOptions(
-            include_columns=names,
-            column_types={n: pa.string() for n in names},
-            strings_can_be_null=True,
-            null_values=[""],  # only an empty field is null; "NA" or "nan" stay text
-        )
+        malformed: list[int] = []  # rows with the wrong number of fields, skipped by the parser
+
+        def skip(row: Any) -> str:
+            malformed.append(1)
+            return "skip"
+
         stream = pcsv.open_csv(
-            f, read_options=pcsv.ReadOptions(block_size=CHUNK_BYTES), convert_options=convert
+            f,
+            read_options=pcsv.ReadOptions(block_size=CHUNK_BYTES),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=skip),
+            convert_options=_csv_convert(names),
         )
         for batch in stream:
-            yield pa.Table.from_batches([batch]).select(names)
+            table, reasons = _csv_text(pa.Table.from_batches([batch]).select(names))
+            if reasons is not None:
+                table = table.append_column(REJECT_COLUMN, pa.array(reasons, pa.string()))
+            yield table
+        if malformed:  # their fields are unknown: all null, one dead letter each
+            n = len(malformed)
+            rows = {c: pa.nulls(n, pa.string()) for c in names}
+            yield pa.table({**rows, REJECT_COLUMN: pa.array(["malformed record"] * n)})
 
     def _jsonl(self, f: Any) -> Iterator[pa.Table]:
         options = pjson.ParseOptions(
@@ -379,6 +467,7 @@ class _ReadFile(beam.DoFn):
             if chunk.strip():
                 try:  # fast path: every value already has its declared JSON type
                     table = pjson.read_json(io.BytesIO(chunk), parse_options=options)
+                    table.validate(full=True)  # the JSON reader lets invalid UTF-8 through
                     yield table.select(list(self._schema.columns))
                 except pa.ArrowInvalid:
                     records = [_loads(line) for line in chunk.splitlines() if line.strip()]
@@ -412,7 +501,7 @@ class _ReadFile(beam.DoFn):
 def _loads(line: bytes) -> Any:
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # becomes a "malformed record" dead letter
 
 
