@@ -1,8 +1,9 @@
 """The ``userdp`` command line.
 
 Each subcommand is a :class:`Command` in :data:`COMMANDS`: a help line, a function that adds its
-arguments, and a function that runs it and returns the exit code. Adding ``run``, ``generate`` or
-``demo`` is one entry in that table. Exit codes: 0 success, 2 a bad job file or bad arguments.
+arguments, and a function that runs it and returns the exit code; a new command is one entry in
+that table. Exit codes: 0 success; 2 a bad job file, input schema or arguments; 3 refused by the
+budget ledger (nothing ran).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from .config import ConfigError, load_job
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
 from .plan import plan_release
-from .plan_text import print_plan
+from .plan_text import print_ledger_quote, print_plan
 
 
 @dataclass(frozen=True)
@@ -30,17 +31,30 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from .ledger import LedgerError  # noqa: PLC0415
+
     try:
-        plan = plan_release(load_job(args.job))
+        job = load_job(args.job)
+        plan = plan_release(job)
+        print_plan(plan, sys.stdout)
+        if job.ledger is not None:
+            print_ledger_quote(job, plan, sys.stdout)
     except ConfigError as e:
         print(f"userdp plan: {e}", file=sys.stderr)
         return 2
-    print_plan(plan, sys.stdout)
+    except LedgerError as e:
+        print(f"userdp plan: {e}", file=sys.stderr)
+        return 3
     return 0
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB.toml", help="the job file")
+    p.add_argument(
+        "--release-id",
+        help="the ledger's release id (overrides [ledger] release_id); re-running an id on the "
+        "same input and job file is free and writes the same bytes",
+    )
     p.add_argument(
         "beam_args",
         nargs=argparse.REMAINDER,
@@ -50,18 +64,34 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from .job import run_release  # noqa: PLC0415 (Beam loads only for commands that use it)
+    from .ledger import LedgerError  # noqa: PLC0415
     from .sources import SchemaError  # noqa: PLC0415
 
     try:
         job = load_job(args.job)
-        result = run_release(job, args.beam_args)
+        if args.release_id and job.ledger is None:
+            raise ConfigError("--release-id", args.release_id, "a job file with a [ledger]", "")
+        result = run_release(job, args.beam_args, release_id=args.release_id)
     except (ConfigError, SchemaError) as e:
         print(f"userdp run: {e}", file=sys.stderr)
         return 2
+    except LedgerError as e:  # refused before anything ran (or a ledger that cannot be used)
+        print(f"userdp run: {e}", file=sys.stderr)
+        return 3
     print(f"released {len(result.outputs)} queries:")
     for name, path in result.outputs.items():
         print(f"  {name}: {path}")
     print(f"manifest: {result.manifest}")
+    r = result.reservation
+    if r is None:
+        print("no [ledger] in the job file: this run's spend is not recorded across runs")
+    elif r.rerun:
+        print(f"release {r.release_id!r} re-run: nothing charged (same input, job and secret)")
+    else:
+        print(
+            f"charged {r.counted} to {r.scope!r}"
+            + (f" periods {list(r.periods)}" * bool(r.periods))
+        )
     return 0
 
 

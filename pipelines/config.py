@@ -62,7 +62,11 @@ _EXTENSIONS[".json"] = "jsonl"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 _RESERVED_NAMES = ("manifest",)  # <output>/manifest.json is the manifest
 
-_SECTIONS = ("input", "budget", "runner", "output", "queries")
+_LEDGER_WHERE = (
+    "either path (a SQLite file) or url (postgresql://…)",
+    "the ledger that records this release's charge; caps are set with `userdp ledger set-cap`",
+)
+_SECTIONS = ("input", "budget", "runner", "output", "queries", "ledger")
 
 # (what is allowed, a hint) for ConfigError messages
 _OPTIONS = ("a table, e.g. options = { }", "its keys are Beam pipeline options")
@@ -154,14 +158,34 @@ QUERY_KEYS = tuple(f for f in QueryConfig.__dataclass_fields__ if f != "options"
 
 
 @dataclass(frozen=True)
+class LedgerConfig:
+    """Where the release is charged (docs/ledger.md). ``location``: a SQLite path (resolved) or a
+    ``postgresql://`` URL; ``periods`` or ``period_rule`` (a regex over input paths) say which
+    data periods the release reads; ``release_id`` None means a new release on every run."""
+
+    location: str
+    scope: str
+    periods: tuple[str, ...] = ()
+    period_rule: str | None = None
+    release_id: str | None = None
+
+
+_LEDGER_KEYS = ("path", "url", "scope", "periods", "period_rule", "release_id")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     input: InputConfig
     budget: BudgetConfig
     runner: RunnerConfig
     output: OutputConfig
     queries: tuple[QueryConfig, ...]
-    config_hash: str  # sha256 of the canonical JSON of the parsed config (paths as written)
+    # sha256 of the canonical JSON of what determines the release's values: input, budget,
+    # output and queries, paths as written. Not the runner (every runner gives the same bytes)
+    # nor the ledger (moving the ledger does not change the release).
+    config_hash: str
     source: str = ""
+    ledger: LedgerConfig | None = None
 
 
 def load_job(path: str | Path) -> JobConfig:
@@ -262,6 +286,38 @@ def parse_job(
         ),
         config_hash=_canonical_hash(written),
         source=source,
+        ledger=_parse_ledger(v, raw) if "ledger" in raw else None,
+    )
+
+
+def _parse_ledger(v: Validator, raw: Mapping[str, Any]) -> LedgerConfig:
+    t = v.table(raw, "ledger", required=True)
+    v.keys(t, "ledger.", _LEDGER_KEYS)
+    path, url = (
+        v.string(t, "ledger.path", required=False),
+        v.string(t, "ledger.url", required=False),
+    )
+    if (path is None) == (url is None):
+        v.fail("ledger", dict(t), *_LEDGER_WHERE)
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        v.fail("ledger.url", url, *_LEDGER_WHERE)
+    periods = t.get("periods", [])
+    if not isinstance(periods, list) or not all(isinstance(p, str) and p for p in periods):
+        v.fail("ledger.periods", periods, "a list of period names", 'e.g. ["2025-W03"]')
+    rule = v.string(t, "ledger.period_rule", required=False)
+    if rule is not None and periods:
+        v.fail("ledger.period_rule", rule, "periods or period_rule, not both", "")
+    if rule is not None:
+        try:
+            re.compile(rule)
+        except re.error as e:
+            v.fail("ledger.period_rule", rule, "a regular expression", str(e))
+    return LedgerConfig(
+        location=url if url is not None else v.resolve(path),
+        scope=v.string(t, "ledger.scope"),
+        periods=tuple(periods),
+        period_rule=rule,
+        release_id=v.string(t, "ledger.release_id", required=False),
     )
 
 
@@ -276,7 +332,8 @@ def _fields(obj: Any) -> dict[str, Any]:
 def _canonical_hash(cfg: JobConfig) -> str:
     def enc(x: Any) -> Any:
         if hasattr(x, "__dataclass_fields__"):
-            return {k: enc(v) for k, v in _fields(x).items() if k not in ("config_hash", "source")}
+            skip = ("config_hash", "source", "runner", "ledger")
+            return {k: enc(v) for k, v in _fields(x).items() if k not in skip}
         if isinstance(x, Fraction):
             return {"fraction": str(x)}
         if isinstance(x, Mapping):

@@ -30,9 +30,11 @@ from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
 from transforms.params import ReleaseParams
 from transforms.validate import ValidateRows
 
+from . import charging
 from .config import JobConfig
 from .kinds import METRIC_KINDS, kind_for
 from .kinds.base import BuildContext
+from .ledger import Reservation
 from .plan import QueryPlan, ReleasePlan, plan_release
 from .runners import pipeline_options
 from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
@@ -47,6 +49,7 @@ class ReleaseResult:
 
     outputs: dict[str, str]
     manifest: str
+    reservation: Reservation | None = None  # the ledger's charge (None: the job has no ledger)
 
 
 def required_columns(job: JobConfig) -> dict[str, str]:
@@ -176,18 +179,27 @@ def run_release(
     beam_args: Sequence[str] = (),
     *,
     release_key: ReleaseKey | None = None,
+    release_id: str | None = None,
     noise: bool = True,
     num_shards: int = DEFAULT_SHARDS,
 ) -> ReleaseResult:
-    """Checks inputs, plans, runs the pipeline, then writes the manifest.
+    """Checks inputs, plans, charges the ledger (if the job has one), runs the pipeline, then
+    writes the manifest and records the release in the ledger.
 
-    ``noise=False`` is a test hook for wiring tests (exact values); it is not reachable from the
-    job file or the command line.
+    ``release_id`` overrides ``[ledger] release_id``. ``release_key`` and ``noise=False`` are test
+    hooks (a fixed secret; exact values), not reachable from the job file or the command line; a
+    job with a ledger takes its secret from the ledger, so ``release_key`` is refused there.
     """
     schema = inspect_inputs(job.input.path, job.input.format, required_columns(job))
     plan = plan_release(job)
     if job.input.person_type and job.input.person_type != schema.person_type:
         schema = dataclasses.replace(schema, person_type=job.input.person_type)
+    reservation = None
+    if job.ledger is not None:
+        if release_key is not None:
+            raise ValueError("a job with a [ledger] takes its release secret from the ledger")
+        reservation = charging.reserve(job, plan, schema.files, release_id)  # may refuse
+        release_key = reservation.key
     key = release_key or ReleaseKey.generate()
     runner, options = pipeline_options(job.runner.name, job.runner.options, beam_args)
     with beam.Pipeline(runner=runner, options=options) as pipeline:
@@ -198,7 +210,12 @@ def run_release(
     }
     manifest = plan.to_manifest()
     manifest["outputs"] = {name: os.path.basename(path) for name, path in outputs.items()}
+    if reservation is not None:
+        manifest["ledger"] = reservation.to_manifest()
+    manifest_bytes = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
     manifest_path = os.path.join(job.output.path, "manifest.json")
     with FileSystems.create(manifest_path) as f:
-        f.write(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
-    return ReleaseResult(outputs, manifest_path)
+        f.write(manifest_bytes)
+    if reservation is not None:
+        charging.complete(job, reservation, outputs, manifest_bytes)
+    return ReleaseResult(outputs, manifest_path, reservation)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from .config import JobConfig
 from .plan import QueryPlan, ReleasePlan
 
 
@@ -55,3 +56,29 @@ def print_plan(plan: ReleasePlan, out: TextIO) -> None:
                 f"{q.mean_stddev(1.0):.4g}/n at n rows, 95% error ≈ "
                 f"±{1.96 * q.mean_stddev(1.0):.4g}/n\n"
             )
+
+
+def print_ledger_quote(job: JobConfig, plan: ReleasePlan, out: TextIO) -> None:
+    """What the run would charge in the ledger and what would remain (reads no data)."""
+    from .charging import quote  # noqa: PLC0415 (the ledger loads only for jobs that use one)
+
+    assert job.ledger is not None
+    files = None
+    if job.ledger.period_rule is not None:  # periods come from input paths: list them (no data)
+        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
+        files = [m.path for m in FileSystems.match([job.input.path])[0].metadata_list]
+    q = quote(job, plan, files, None)
+    w = out.write
+    w(f"\nledger {job.ledger.location}, scope {job.ledger.scope!r}:\n")
+    if q is None:
+        w("  no ledger file yet (create it with `userdp ledger set-cap`)\n")
+        return
+    if q.existing is not None:
+        w(f"  release {q.existing.release_id!r} is in the ledger: a re-run charges nothing\n")
+    w(f"  this run would charge {q.counted} ({q.conversion})\n" if q.counted else "")
+    for a in q.accounts:
+        cap = "no cap" if a.cap is None else f"cap {a.cap}"
+        w(f"  {a.name}: {cap}; spent {a.spent}; remaining {a.remaining}\n")
+    if q.refusal:
+        w(f"  REFUSED: {q.refusal}\n")

@@ -1,0 +1,97 @@
+"""The launcher's side of the ledger: charge a release before its pipeline, record it after.
+
+Only the launcher calls these (``pipelines/job.py`` and the CLI); Beam workers never see the
+ledger. The order in :func:`pipelines.job.run_release` is: check inputs → plan → :func:`reserve`
+(one serialised transaction; refuses before anything runs) → pipeline with the reservation's key →
+manifest (with the charge) → :func:`complete`. A run that fails after :func:`reserve` keeps its
+charge: noise may already have left the workers. Re-running the same release id with the same
+input files and config costs nothing and, with the stored secret, writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+from .config import JobConfig, LedgerConfig
+from .ledger import (
+    POSTGRES_SCHEMES,
+    Cost,
+    Quote,
+    Reservation,
+    input_fingerprint,
+    open_ledger,
+    periods_from_paths,
+)
+from .plan import ReleasePlan
+
+
+def release_periods(cfg: LedgerConfig, files: Sequence[str]) -> tuple[str, ...]:
+    """The data periods the release reads: as listed, or derived from every input path."""
+    if cfg.period_rule is not None:
+        return periods_from_paths(files, cfg.period_rule)
+    return cfg.periods
+
+
+def new_release_id(scope: str) -> str:
+    """A fresh id for a run without ``release_id``: time-ordered and unique (a new charge)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scope}-{stamp}-{secrets.token_hex(4)}"
+
+
+def release_cost(plan: ReleasePlan) -> Cost:
+    return Cost(plan.spent, plan.spent_selection_delta)
+
+
+def reserve(
+    job: JobConfig, plan: ReleasePlan, files: Sequence[str], release_id: str | None
+) -> Reservation:
+    """Charges the release (or finds its earlier charge); raises the ledger's refusal errors."""
+    cfg = _ledger(job)
+    rid = release_id or cfg.release_id or new_release_id(cfg.scope)
+    fingerprint = input_fingerprint(list(files)).digest
+    with open_ledger(cfg.location) as ledger:
+        return ledger.reserve(
+            rid,
+            scope=cfg.scope,
+            periods=release_periods(cfg, files),
+            cost=release_cost(plan),
+            config_hash=job.config_hash,
+            input_fingerprint=fingerprint,
+        )
+
+
+def complete(
+    job: JobConfig, reservation: Reservation, outputs: Mapping[str, str], manifest: bytes
+) -> None:
+    """Records the finished release's outputs and the hash of its manifest's bytes."""
+    with open_ledger(_ledger(job).location) as ledger:
+        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        ledger.complete(reservation.release_id, outputs, digest)
+
+
+def quote(
+    job: JobConfig, plan: ReleasePlan, files: Sequence[str] | None, release_id: str | None
+) -> Quote | None:
+    """What the release would be charged and what would remain, for ``userdp plan``; None when
+    the periods come from input paths that are not known yet (``files`` None) or the SQLite
+    ledger does not exist yet."""
+    cfg = _ledger(job)
+    if cfg.period_rule is not None and files is None:
+        return None
+    if not cfg.location.startswith(POSTGRES_SCHEMES) and not os.path.exists(cfg.location):
+        return None  # no ledger yet: `userdp ledger set-cap` creates it; plan creates nothing
+    rid = release_id or cfg.release_id
+    with open_ledger(cfg.location) as ledger:
+        return ledger.quote(
+            cfg.scope, release_periods(cfg, files or ()), release_cost(plan), release_id=rid
+        )
+
+
+def _ledger(job: JobConfig) -> LedgerConfig:
+    if job.ledger is None:
+        raise ValueError("the job file has no [ledger] section")
+    return job.ledger

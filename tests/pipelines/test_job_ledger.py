@@ -1,0 +1,142 @@
+"""Scheduled releases through `userdp run` with a ledger: weekly inputs charge their period and
+the scope, the run that would overspend is refused before anything is written, a re-run of a
+finished release id is free and byte-identical, and the manifest agrees with the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.generate import generate
+
+WEEKS = ("2025-W01", "2025-W02", "2025-W03")
+
+JOB = """
+[input]
+path = "data/week={week}/*.parquet"
+person = "person_id"
+
+[budget]
+epsilon = {epsilon}
+
+[output]
+path = "release/{week}/"
+
+[ledger]
+path = "ledger.sqlite"
+scope = "logs"
+period_rule = 'week=(?P<period>\\d{{4}}-W\\d{{2}})'
+release_id = "{release_id}"
+
+[[queries]]
+name = "visits"
+metric = "count"
+max_rows_per_partition = 10
+
+[[queries]]
+name = "persons"
+metric = "persons"
+"""
+
+
+@pytest.fixture(scope="module")
+def weekly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("weekly")
+    for i, week in enumerate(WEEKS):
+        (root / "data" / f"week={week}").mkdir(parents=True)
+        generate(80, str(root / "data" / f"week={week}" / "logs.parquet"), seed=i)
+    return root
+
+
+def write_job(root: Path, week: str, release_id: str, epsilon: str = "1.0") -> Path:
+    job = root / f"{release_id}.toml"
+    job.write_text(JOB.format(week=week, release_id=release_id, epsilon=epsilon))
+    return job
+
+
+def ledger(root: Path, *args: str) -> int:
+    return main(["ledger", *args, "--ledger", str(root / "ledger.sqlite")])
+
+
+def release_bytes(root: Path, week: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "release" / week).iterdir())}
+
+
+def test_weekly_schedule_stops_exactly_at_the_cap_and_reruns_are_free(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = weekly
+    assert ledger(root, "set-cap", "--scope", "logs", "--epsilon", "2.5") == 0
+    assert ledger(root, "set-cap", "--scope", "logs", "--each-period", "--epsilon", "1") == 0
+    capsys.readouterr()
+
+    # weeks 1 and 2: ε = 1 each, within the scope's 2.5 and each week's 1
+    for week in WEEKS[:2]:
+        assert main(["run", str(write_job(root, week, f"logs-{week}"))]) == 0
+        assert f"charged (ε=1, δ=0) to 'logs' periods ['{week}']" in capsys.readouterr().out
+
+    # a re-run of week 1 under its id: free, and the same bytes (the ledger keeps the secret)
+    before = release_bytes(root, WEEKS[0])
+    assert main(["run", str(write_job(root, WEEKS[0], f"logs-{WEEKS[0]}"))]) == 0
+    assert "re-run: nothing charged" in capsys.readouterr().out
+    assert release_bytes(root, WEEKS[0]) == before
+
+    # week 3 would bring the scope to 3 > 2.5: refused before anything runs or is written
+    assert main(["run", str(write_job(root, WEEKS[2], f"logs-{WEEKS[2]}"))]) == 3
+    err = capsys.readouterr().err
+    assert "refused" in err and "scope 'logs'" in err and "cap" in err and "requested" in err
+    assert not (root / "release" / WEEKS[2]).exists()
+
+    # a second release of week 2 (new id, ε = 0.5) would exceed that week's own cap of 1
+    job = write_job(root, WEEKS[1], "logs-2025-W02-again", epsilon="0.5")
+    assert main(["run", str(job)]) == 3
+    assert "period '2025-W02'" in capsys.readouterr().err
+
+    # the same id with a changed job file is refused: it would publish the difference
+    job = write_job(root, WEEKS[0], f"logs-{WEEKS[0]}", epsilon="0.5")
+    assert main(["run", str(job)]) == 3
+    assert "logs-2025-W01" in capsys.readouterr().err
+
+    # manifests and the ledger's history agree on every charge
+    assert ledger(root, "history", "--json") == 0
+    history = {r["release_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(history) == {f"logs-{w}" for w in WEEKS[:2]}
+    for week in WEEKS[:2]:
+        manifest = json.loads((root / "release" / week / "manifest.json").read_text())
+        charge = manifest["ledger"]
+        assert charge["release_id"] == f"logs-{week}" and charge["periods"] == [week]
+        record = history[f"logs-{week}"]
+        for field in ("scope", "periods", "input_fingerprint", "counted", "cost", "conversion"):
+            assert charge[field] == record[field], field
+        assert manifest["config_hash"] == record["config_hash"]
+        digest = hashlib.sha256((root / "release" / week / "manifest.json").read_bytes())
+        assert record["manifest_hash"] == "sha256:" + digest.hexdigest()
+        assert record["status"] == "completed"
+        assert manifest["spent"] == manifest["total"]
+
+
+def test_plan_shows_the_cost_and_what_remains(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ledger(weekly, "set-cap", "--scope", "logs", "--epsilon", "2.5") == 0
+    assert ledger(weekly, "set-cap", "--scope", "logs", "--each-period", "--epsilon", "1") == 0
+    job = write_job(weekly, WEEKS[2], "plan-only")
+    assert main(["plan", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert "scope 'logs'" in out and "this run would charge (ε=1, δ=0)" in out and "remaining" in out
+
+
+def test_run_release_id_without_a_ledger_is_a_config_error(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = weekly / "no-ledger.toml"
+    job.write_text(
+        JOB.format(week=WEEKS[0], release_id="x", epsilon="1").split("[ledger]")[0]
+        + '[[queries]]\nname = "persons"\nmetric = "persons"\n'
+    )
+    assert main(["run", "--release-id", "r1", str(job)]) == 2
+    assert "--release-id = 'r1': expected a job file with a [ledger]" in capsys.readouterr().err
