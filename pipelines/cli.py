@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .config import ConfigError, load_job
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
 from .plan import plan_release
-from .plan_text import print_ledger_quote, print_plan
+from .plan_text import print_ledger_quote, print_plan, print_runner
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,11 @@ class Command:
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB.toml", help="the job file")
+    p.add_argument(
+        "beam_args",
+        nargs=argparse.REMAINDER,
+        help="Beam pipeline options, as for `userdp run`: the resolved options are printed",
+    )
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -37,6 +42,7 @@ def _plan(args: argparse.Namespace) -> int:
         job = load_job(args.job)
         plan = plan_release(job)
         print_plan(plan, sys.stdout)
+        print_runner(job, args.beam_args, sys.stdout)
         if job.ledger is not None:
             print_ledger_quote(job, plan, sys.stdout)
     except ConfigError as e:
@@ -58,7 +64,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "beam_args",
         nargs=argparse.REMAINDER,
-        help="Beam pipeline options (e.g. --direct_num_workers=2); they override the job file",
+        help="Beam pipeline options after the job file (e.g. --direct_running_mode="
+        "multi_processing --direct_num_workers=2); they override the job file's [runner] options",
     )
 
 

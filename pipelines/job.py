@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -24,7 +25,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms import combiners
 
-from transforms.aggregate import AggregatePerPartition
+from transforms.aggregate import BoundAndAggregate, ShardByPerson
 from transforms.mechanisms.rng import ReleaseKey
 from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
 from transforms.params import ReleaseParams
@@ -36,7 +37,7 @@ from .kinds import METRIC_KINDS, kind_for
 from .kinds.base import BuildContext
 from .ledger import Reservation
 from .plan import QueryPlan, ReleasePlan, plan_release
-from .runners import pipeline_options
+from .runners import check_worker_paths, pipeline_options
 from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
 from .sources import InputSchema, ReadArrowTables, inspect_inputs
 
@@ -67,6 +68,12 @@ def required_columns(job: JobConfig) -> dict[str, str]:
     return columns
 
 
+def _as_bool(v: object) -> object:
+    """A public key for a boolean column: true/false (any case) or 1/0; other text never matches."""
+    text = str(v).strip().lower()
+    return True if text in ("true", "1") else False if text in ("false", "0") else str(v)
+
+
 def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleaseParams:
     """Public keys read as text are converted to the ``by`` columns' types, so they can match."""
     if params.public_partitions is None:
@@ -75,7 +82,9 @@ def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleasePar
     converters: list[Callable[[Any], object]] = []
     for col in params.bounding.by:
         t = types[col]
-        if pa.types.is_integer(t):
+        if pa.types.is_boolean(t):
+            converters.append(_as_bool)
+        elif pa.types.is_integer(t):
             converters.append(lambda v: int(str(v)))
         elif pa.types.is_floating(t):
             converters.append(lambda v: float(str(v)))
@@ -99,25 +108,23 @@ _ARROW_TYPES = {
 
 def _write_query_output(
     rows: list[dict[str, Any]],
-    by: Sequence[str],
+    by: pa.Schema,
     columns: Sequence[tuple[str, str]],
     path_without_ext: str,
     fmt: str,
 ) -> str:
     """One query's released rows → one file, sorted by partition key so the bytes are stable.
 
-    The released columns have declared types (not inferred from the values), so the schema of an
-    output never depends on the data — not even on whether some value is missing (⊥).
+    Every column has a declared type — the ``by`` columns their input types, the released columns
+    the kind's — never one inferred from the values, so an output's schema does not depend on the
+    data: not on which partitions survived selection, nor on whether a value is missing (⊥).
     """
-    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in by)))
-    if not rows:
-        fields = [pa.field(c, pa.string()) for c in by]
-        fields += [pa.field(c, _ARROW_TYPES[t]) for c, t in columns]
-        return write_release(pa.schema(fields).empty_table(), path_without_ext, fmt)
-    data = {c: pa.array([r[c] for r in rows]) for c in by}
-    for c, t in columns:
-        data[c] = pa.array([r[c] for r in rows], type=_ARROW_TYPES[t])
-    return write_release(pa.table(data), path_without_ext, fmt)
+    names = by.names
+    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in names)))
+    fields = [*by, *(pa.field(c, _ARROW_TYPES[t]) for c, t in columns)]
+    schema = pa.schema(fields)
+    table = pa.table({f.name: pa.array([r[f.name] for r in rows], f.type) for f in fields}, schema)
+    return write_release(table, path_without_ext, fmt)
 
 
 def build_pipeline(
@@ -144,15 +151,18 @@ def build_pipeline(
     bounding_key = release_key.subkey("bounding")
     out_dir = job.output.path
     ctx = BuildContext(schema, release_key, noise, num_shards)
+    key_types = dict(schema.keys)
+    sharded = None  # (shard, pa.Table): one shuffle by person, shared by the bounded aggregates
     for q in plan.queries:
         if isinstance(q, QueryPlan):
             params = _typed_public_keys(q.params, schema)
             name, by = params.name, params.bounding.by
             columns: tuple[tuple[str, str], ...] = AGGREGATE_COLUMNS
+            if sharded is None:
+                sharded = clean | "ShardByPerson" >> ShardByPerson(num_shards, bounding_key)
             released = (
-                clean
-                | f"{name}/Aggregate"
-                >> AggregatePerPartition(params.bounding, bounding_key, num_shards)
+                sharded
+                | f"{name}/BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
                 # (partition_key, PartitionStats)
                 | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)
             )  # {by..., value, stddev}
@@ -166,7 +176,7 @@ def build_pipeline(
             | f"{name}/Write"
             >> beam.Map(
                 _write_query_output,
-                by,
+                pa.schema([pa.field(c, key_types[c]) for c in by]),
                 columns,
                 FileSystems.join(out_dir, name),
                 job.output.format,
@@ -190,6 +200,18 @@ def run_release(
     hooks (a fixed secret; exact values), not reachable from the job file or the command line; a
     job with a ledger takes its secret from the ledger, so ``release_key`` is refused there.
     """
+    base_dir = Path(job.source).parent if job.source else None
+    runner, options = pipeline_options(
+        job.runner.name, job.runner.options, beam_args, base_dir=base_dir
+    )  # wrong runner options stop the job here, before anything is read or charged
+    check_worker_paths(
+        job.runner.name,
+        {
+            "input.path": job.input.path,
+            "output.path": job.output.path,
+            "input.dead_letter": job.input.dead_letter,
+        },
+    )
     schema = inspect_inputs(job.input.path, job.input.format, required_columns(job))
     plan = plan_release(job)
     if job.input.person_type and job.input.person_type != schema.person_type:
@@ -201,7 +223,6 @@ def run_release(
         reservation = charging.reserve(job, plan, schema.files, release_id)  # may refuse
         release_key = reservation.key
     key = release_key or ReleaseKey.generate()
-    runner, options = pipeline_options(job.runner.name, job.runner.options, beam_args)
     with beam.Pipeline(runner=runner, options=options) as pipeline:
         build_pipeline(pipeline, job, plan, schema, key, noise=noise, num_shards=num_shards)
     outputs = {

@@ -5,6 +5,8 @@ Everything printed comes from the plan (the job file and public key files), neve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from .config import JobConfig
@@ -82,3 +84,14 @@ def print_ledger_quote(job: JobConfig, plan: ReleasePlan, out: TextIO) -> None:
         w(f"  {a.name}: {cap}; spent {a.spent}; remaining {a.remaining}\n")
     if q.refusal:
         w(f"  REFUSED: {q.refusal}\n")
+
+
+def print_runner(job: JobConfig, beam_args: Sequence[str], out: TextIO) -> None:
+    """The runner and its resolved Beam options (job file, then command-line flags)."""
+    from .runners import resolved_options  # noqa: PLC0415
+
+    base_dir = Path(job.source).parent if job.source else None
+    resolved = resolved_options(job.runner.name, job.runner.options, beam_args, base_dir=base_dir)
+    out.write(f"\nrunner {job.runner.name}:\n")
+    for key, value in resolved.items():
+        out.write(f"  {key} = {value!r}\n")

@@ -41,7 +41,6 @@ from typing import Any, NoReturn
 
 from apache_beam import version as beam_version
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
-from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from .config import ConfigError
@@ -514,7 +513,12 @@ class _Checker:
         for key in ("project", "region", "temp_location"):
             if key not in v:
                 self.fail(key, _MISSING)
-        check = PipelineOptionsValidator
+        # Imported here: the module logs a warning about Google API clients on every machine
+        # without apache-beam[gcp], which `userdp plan` and other runners must not print.
+        from apache_beam.options.pipeline_options_validator import (  # noqa: PLC0415
+            PipelineOptionsValidator as check,  # noqa: N813
+        )
+
         if not re.fullmatch(check.PROJECT_ID_PATTERN, v["project"]):
             self.fail("project", v["project"], "a project id (not a project number)")
         for key in ("temp_location", "staging_location"):

@@ -112,8 +112,9 @@ def check_portable_proto(proto: beam_runner_api_pb2.Pipeline, image: str) -> Non
         for fn in _user_fns(t):
             assert pickler.loads(fn.payload) is not None, t.unique_name
     for q in QUERIES:
-        assert {f"{q}/Aggregate", f"{q}/Release", f"{q}/Collect", f"{q}/Write"} <= names, q
-    assert {"Read", "Validate", "WriteDeadLetters"} <= names
+        steps = {f"{q}/BoundAndAggregate", f"{q}/Release", f"{q}/Collect", f"{q}/Write"}
+        assert steps <= names, q
+    assert {"Read", "Validate", "ShardByPerson", "WriteDeadLetters"} <= names
 
 
 def _user_fns(t: beam_runner_api_pb2.PTransform) -> list[beam_runner_api_pb2.FunctionSpec]:

@@ -1,0 +1,59 @@
+"""Smoke test of ``benchmarks/throughput.py`` on a tiny data set (speed is not asserted here).
+
+What is asserted: the script runs end to end, prints rows/s of both pipelines, and its plain
+per-element pipeline (b) bounds contributions exactly like userdp — the untimed check finds the
+same per-domain counts — while a different bounding key, a negative control, is caught.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from pipelines.config import load_job
+from pipelines.generate import generate
+from pipelines.job import run_release
+from transforms.mechanisms.rng import ReleaseKey
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
+
+
+@pytest.fixture(scope="module")
+def throughput() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmark_throughput", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # Beam pickles BoundPerson by its module's name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runs_end_to_end_and_both_pipelines_count_alike(
+    throughput: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ratio = throughput.main(["--people", "300", "--repeat", "1", "--data", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert ratio > 0
+    assert out.count("rows/s") >= 4  # (a) and (b) in the run line and in the median line
+    assert "per-domain counts identical" in out
+    assert (tmp_path / "logs-300p-seed0.parquet").exists()  # cached for the next run
+
+
+def test_a_different_bounding_rule_is_caught(throughput: ModuleType, tmp_path: Path) -> None:
+    data = str(tmp_path / "logs.parquet")
+    generate(300, data, seed=1)  # includes 3 "bot" persons visiting all 50 domains (> L = 5)
+    release = str(tmp_path / "release")
+    job = load_job(throughput.write_job(tmp_path, data, release))
+    run_release(job, release_key=throughput.CHECK_KEY, noise=False)
+    exact = {d: int(v) for d, v in throughput.read_release(release).items()}
+
+    out = str(tmp_path / "plain.json")
+    throughput.run_plain(data, out, throughput.CHECK_KEY.subkey("bounding"))
+    assert throughput.read_plain(out) == exact
+    other = ReleaseKey(bytes(range(1, 33))).subkey("bounding")
+    throughput.run_plain(data, out, other)
+    assert throughput.read_plain(out) != exact
