@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from .config import JobConfig, LedgerConfig
 from .ledger import (
     POSTGRES_SCHEMES,
+    AccountStatus,
     Cost,
     Quote,
     Reservation,
@@ -95,3 +96,10 @@ def _ledger(job: JobConfig) -> LedgerConfig:
     if job.ledger is None:
         raise ValueError("the job file has no [ledger] section")
     return job.ledger
+
+
+def accounts_after(job: JobConfig, reservation: Reservation) -> list[AccountStatus]:
+    """The scope's and the release's periods' accounts as they stand now (after the charge)."""
+    with open_ledger(_ledger(job).location) as ledger:
+        (status,) = ledger.status(reservation.scope)
+    return [status.scope, *(p for p in status.periods if p.period in reservation.periods)]

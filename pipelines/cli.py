@@ -99,6 +99,11 @@ def _run(args: argparse.Namespace) -> int:
             f"charged {r.counted} to {r.scope!r}"
             + (f" periods {list(r.periods)}" * bool(r.periods))
         )
+    if r is not None:
+        from .charging import accounts_after  # noqa: PLC0415
+
+        for a in accounts_after(job, r):
+            print(f"  {a.name}: spent {a.spent} of {a.cap}; remaining {a.remaining}")
     return 0
 
 

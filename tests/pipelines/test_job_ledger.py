@@ -77,7 +77,9 @@ def test_weekly_schedule_stops_exactly_at_the_cap_and_reruns_are_free(
     # weeks 1 and 2: ε = 1 each, within the scope's 2.5 and each week's 1
     for week in WEEKS[:2]:
         assert main(["run", str(write_job(root, week, f"logs-{week}"))]) == 0
-        assert f"charged (ε=1, δ=0) to 'logs' periods ['{week}']" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"charged (ε=1, δ=0) to 'logs' periods ['{week}']" in out
+        assert f"period '{week}' of scope 'logs': spent (ε=1, δ=0) of (ε=1, δ=0)" in out
 
     # a re-run of week 1 under its id: free, and the same bytes (the ledger keeps the secret)
     before = release_bytes(root, WEEKS[0])
