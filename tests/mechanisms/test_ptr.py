@@ -1,0 +1,213 @@
+"""Propose-test-release: distances against brute force, the test's exact pass probability, the
+ladder's sparse-vector threshold, and misuse.
+
+Distribution checks use the fixed TEST_SECRET (deterministic) and require p > P_MIN = 1e-6 for
+the right law and p < P_MIN for a deliberately wrong one.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.mechanisms import local_bruteforce as bf
+from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
+from transforms.mechanisms import ptr, ptr_ladder
+from transforms.mechanisms import quantile_sensitivity as qs
+from transforms.mechanisms.rng import KeyedRng
+
+QUANTILES = [Fraction(1, 2), Fraction(1, 3), Fraction(9, 10)]
+BOUNDS = [0.5, 1.0, 2.0, 3.0, 4.0, 4.5]
+MAX_N = 6
+
+
+# ------------------------------------------------------------------ distances, by brute force
+
+
+@pytest.mark.parametrize("q", QUANTILES, ids=str)
+def test_quantile_distance_matches_brute_force(q: Fraction) -> None:
+    """D(x, b) = min{k : A⁽ᵏ⁾(x) ≥ b}, or None when no data set reaches b (b > hi − lo)."""
+    for x in bf.universe(MAX_N):
+        a = bf.sensitivity_at_distance(x, q)  # A⁽ᵏ⁾ for k ≤ |x|; constant (hi − lo) beyond
+        for b in BOUNDS:
+            reach = np.flatnonzero(a >= b)
+            expected = int(reach[0]) if len(reach) else None
+            got = qs.distance_to_sensitivity(
+                bf.values_of(x), q=q, lower=bf.LO, upper=bf.HI, bound=b
+            )
+            assert got == expected, (x, b)
+
+
+def _mean(y: np.ndarray) -> Fraction:
+    vals = bf.values_of(y)
+    return Fraction((bf.LO + bf.HI) / 2) if len(vals) == 0 else Fraction(vals.sum()) / len(vals)
+
+
+def test_mean_sensitivity_bound_and_distance() -> None:
+    """L̃S(m) = (hi − lo)/max(m, 1) bounds the mean's exact local sensitivity on every small data
+    set, and mean_distance is the distance to a data set where L̃S reaches b."""
+    span = Fraction(bf.HI - bf.LO)
+    for x in bf.universe(MAX_N):
+        n = int(x.sum())
+        ls = max(abs(_mean(y) - _mean(x)) for y in bf.neighbours(x))
+        assert ls <= span / max(n, 1)
+        for b in [Fraction(1, 3), Fraction(1, 2), Fraction(1), Fraction(4), Fraction(5)]:
+            reach = [k for k in range(n + 1) if span / max(n - k, 1) >= b]
+            expected = reach[0] if reach else None
+            assert ptr.mean_distance(n, bf.LO, bf.HI, b) == expected
+
+
+def test_exact_mean() -> None:
+    gen = np.random.default_rng(7)  # data, not noise
+    x = np.concatenate([gen.normal(size=500) * 10.0 ** gen.integers(-30, 30, size=500), [0.0]])
+    assert ptr.exact_mean(x, -1e40, 1e40) == sum(map(Fraction, x.tolist())) / len(x)
+    assert ptr.exact_mean(x[:0], -1.0, 2.0) == Fraction(1, 2)
+
+
+# ------------------------------------------------------------------------- the noisy test
+
+
+def test_distance_threshold_is_the_smallest_with_tail_below_delta() -> None:
+    for eps, delta in [(Fraction(1, 2), Fraction(1, 10**6)), (Fraction(1), Fraction(1, 10**9))]:
+        t = ptr.distance_threshold(eps, delta)
+        rate = float(eps)
+        tail = [math.exp(-rate * k) / (1 + math.exp(-rate)) for k in (t - 1, t)]
+        assert tail[1] <= float(delta) < tail[0]
+    assert ptr.distance_threshold(Fraction(1, 2), Fraction(1, 10**6)) == 27
+
+
+DRAWS = 20_000
+
+
+def test_ptr_passes_with_the_exact_probability() -> None:
+    """PTRMean on n zeros: D = n − ⌊(hi − lo)/b⌋. With D = T the pass probability is
+    P(Z ≥ 0) = 1/(1 + e^(−ε/2)); a two-sided binomial test must accept it and reject D = T − 1's."""
+    mech = ptr.PTRMean(0.0, 1.0, bound=Fraction(1, 200), epsilon=1, delta=Fraction(1, 10**6))
+    t = mech.calibration.threshold
+    n = 200 + t
+    outs = [mech.release(np.zeros(n), KeyedRng(TEST_SECRET, "ptr-rate", i)) for i in range(DRAWS)]
+    passed = sum(y is not None for y in outs)
+    p_right = 1 / (1 + math.exp(-0.5))
+    p_wrong = math.exp(-0.5) / (1 + math.exp(-0.5))
+    assert stats.binomtest(passed, DRAWS, p_right).pvalue > P_MIN
+    assert stats.binomtest(passed, DRAWS, p_wrong).pvalue < P_MIN
+    # Given a pass, the output is 0 + Laplace(b/(ε/2)) on a fine grid.
+    z = np.array([y for y in outs if y is not None]) / (2 / 200)
+    laplace = stats.laplace.cdf
+    assert ks_pvalue(z, laplace) > P_MIN
+    assert ks_pvalue(z / 1.3, laplace) < P_MIN
+
+
+def test_ptr_quantile_fails_on_sparse_data_and_passes_on_dense_data() -> None:
+    mech = ptr.PTRQuantile(0.5, 0.0, 4.0, bound=1.5, epsilon=1.0, delta=1e-6)
+    assert mech.distance(np.array([0.0, 2.0, 4.0])) == 0  # LS = 2 ≥ 1.5 already
+    sparse = [mech.release([0.0, 2.0, 4.0], KeyedRng(TEST_SECRET, "sparse", i)) for i in range(500)]
+    assert sparse.count(None) == 500  # a pass needs Z ≥ 27: probability ~1e-6 per draw
+    dense = np.repeat(np.arange(5.0), 100)  # gaps of 1; a gap ≥ 1.5 needs ~100 removals
+    assert mech.distance(np.sort(dense)) > 90
+    outs = [mech.release(dense, KeyedRng(TEST_SECRET, "dense", i)) for i in range(500)]
+    assert None not in outs
+    assert abs(float(np.median(outs)) - 2.0) < 0.5
+
+
+# ------------------------------------------------------------------------------ the ladder
+
+
+def _exact_svt_failure(eps: float, t: int) -> float:
+    """P(ν − ρ ≥ T), ν ~ DLap(4/ε), ρ ~ DLap(2/ε), summed over ρ's pmf (|ρ| ≤ 4000/ε)."""
+    a, c = math.exp(-eps / 4), math.exp(-eps / 2)
+    total = 0.0
+    for r in range(-int(4000 / eps), int(4000 / eps)):
+        p_r = (1 - c) / (1 + c) * c ** abs(r)
+        k = t + r
+        tail = a**k / (1 + a) if k >= 1 else 1 - a ** (1 - k) / (1 + a)
+        total += p_r * tail
+    return total
+
+
+@pytest.mark.parametrize("eps", [0.25, 0.5, 2.0])
+@pytest.mark.parametrize("t", [1, 5, 30, 120])
+def test_svt_failure_bound_is_an_upper_bound(eps: float, t: int) -> None:
+    exact = _exact_svt_failure(eps, t)
+    bound = ptr_ladder.svt_failure_bound(Fraction(eps), t)
+    assert exact <= bound <= exact * (1 + 1e-6) + 1e-300
+
+
+def test_ladder_threshold_and_rungs() -> None:
+    mech = ptr_ladder.LadderPTR("quantile", 0.0, 10.0, 1.0, 1e-6, q=0.5, rungs=12)
+    assert mech.bounds[-1] == 10 and mech.bounds[0] == Fraction(10, 2**11)
+    assert 12 * ptr_ladder.svt_failure_bound(Fraction(1, 2), mech.threshold) <= 1e-6
+    assert 12 * ptr_ladder.svt_failure_bound(Fraction(1, 2), mech.threshold - 1) > 1e-6
+    m = mech.to_manifest()
+    assert m["threshold"] == mech.threshold and len(m["rungs"]) == 12  # type: ignore[arg-type]
+
+
+def test_ladder_picks_a_small_bound_on_dense_data_and_bottom_on_tiny_data() -> None:
+    gen = np.random.default_rng(11)  # data, not noise
+    dense = gen.uniform(0, 10, size=5000)
+    # Mean: D = 5000 − ⌊10/b⌋ passes first at b = 10/2^12; quantile: a gap ≥ b spans ~500·b
+    # values, so D ≳ T ≈ 133 needs b of a few tenths.
+    for stat, q, top in (("quantile", 0.5, 1.0), ("mean", None, 0.003)):
+        mech = ptr_ladder.LadderPTR(stat, 0.0, 10.0, 1.0, 1e-6, q=q)  # type: ignore[arg-type]
+        out = mech.release(dense, KeyedRng(TEST_SECRET, "ladder", stat))
+        assert out.value is not None and out.bound is not None
+        assert out.bound < top and Fraction(out.bound) in mech.bounds
+        assert abs(out.value - 5.0) < 1.0
+        tiny = mech.release([1.0, 9.0], KeyedRng(TEST_SECRET, "ladder-tiny", stat))
+        assert tiny == ptr_ladder.LadderRelease(None, None) or tiny.bound == 10.0
+
+
+# ----------------------------------------------------------------------------------- misuse
+
+
+def mean(**kw: object) -> ptr.PTRMean:
+    args: dict[str, object] = {"bound": 0.1, "epsilon": 1, "delta": 1e-6, **kw}
+    return ptr.PTRMean(0, 1, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: mean(bound=0), ValueError, "bound must be positive"),
+        (lambda: mean(epsilon=0), ValueError, "epsilon must be positive"),
+        (lambda: mean(delta=0), ValueError, "delta must lie in \\(0, 1\\)"),
+        (lambda: mean(delta=1), ValueError, "delta must lie in \\(0, 1\\)"),
+        (
+            lambda: ptr.PTRMean(1, 0, bound=0.1, epsilon=1, delta=1e-6),
+            ValueError,
+            "lower < upper",
+        ),
+        (
+            lambda: ptr.PTRQuantile(2, 0, 1, bound=0.1, epsilon=1, delta=1e-6),
+            ValueError,
+            "strictly between 0 and 1",
+        ),
+        (
+            lambda: ptr.PTRQuantile(0.5, 0, 1, bound=math.inf, epsilon=1, delta=1e-6),
+            ValueError,
+            "bound must be finite",
+        ),
+        (lambda: ptr_ladder.LadderPTR("sum", 0, 1, 1, 1e-6), ValueError, "'quantile' or 'mean'"),  # type: ignore[arg-type]
+        (lambda: ptr_ladder.LadderPTR("mean", 0, 1, 1, 1e-6, q=0.5), ValueError, "q is only for"),
+        (lambda: ptr_ladder.LadderPTR("quantile", 0, 1, 1, 1e-6), TypeError, "q must be a number"),
+        (lambda: ptr_ladder.LadderPTR("mean", 0, 1, 1, 1e-6, rungs=1), ValueError, "rungs must be"),
+        (
+            lambda: ptr_ladder.LadderPTR("mean", 0, 1, 1, 1e-6, ratio=1),
+            ValueError,
+            "ratio must be > 1",
+        ),
+        (
+            lambda: ptr_ladder.svt_failure_bound(Fraction(1), 0),
+            ValueError,
+            "threshold must be an int",
+        ),
+    ],
+)
+def test_misuse_is_refused(call: object, error: type[Exception], match: str) -> None:
+    assert callable(call)
+    with pytest.raises(error, match=match):
+        call()

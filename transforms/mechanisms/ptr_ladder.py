@@ -1,0 +1,178 @@
+"""Propose-test-release without a proposed bound: a geometric ladder tested with sparse vector.
+
+The rungs b_0 < … < b_{J−1} = hi − lo are tested in order with AboveThreshold (Dwork & Roth 2014,
+Alg. 1 / Thm. 3.23) on the queries D(x, b_j) of :mod:`.ptr` (sensitivity 1 each), with exact
+discrete Laplace noise; the first rung that passes sets the Laplace release's scale. The δ covers
+every rung: P(a rung with D(x, b_j) = 0 is selected) ≤ J·P(ν − ρ ≥ T) ≤ δ
+(docs/local_sensitivity.md §6). Neighbouring relation: add/remove one person.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .accounting import ApproxDP, float_down, float_up
+from .additive import LaplaceMechanism
+from .discrete import Rational, as_fraction, discrete_laplace
+from .ptr import INFINITE_DISTANCE, check_delta, check_epsilon, exact_mean, mean_distance
+from .quantile_sensitivity import (
+    as_quantile,
+    check_bounds,
+    distance_to_sensitivity,
+    quantile_of_sorted,
+    sorted_clamped,
+)
+from .rng import KeyedRng
+
+
+def svt_failure_bound(epsilon_svt: Fraction, threshold: int) -> float:
+    """P(ν − ρ ≥ T) for T ≥ 1, ν ~ DLap(4/ε), ρ ~ DLap(2/ε), in closed form (docs §6), rounded
+    up by 10^−9 relative: with a = e^(−ε/4), c = a², K = (1 − c)/((1 + c)(1 + a)),
+    K·[a^(T+1)(1 − a^(T−1))/(1 − a) + a^T/(1 − a³)] + c^T/(1 + c) − K·c^T·a/(1 − a³)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+        raise ValueError(f"threshold must be an int ≥ 1, got {threshold!r}")
+    x = float(epsilon_svt) / 4
+    a = math.exp(-x)
+    c = a * a
+    t = threshold
+    k = (1 - c) / ((1 + c) * (1 + a))
+    one_minus_a3 = -math.expm1(-3 * x)
+    above = a ** (t + 1) * -math.expm1(-x * (t - 1)) / -math.expm1(-x) + a**t / one_minus_a3
+    below = c**t / (1 + c) - k * c**t * a / one_minus_a3
+    return (k * above + below) * (1 + 1e-9)
+
+
+class LadderRelease(NamedTuple):
+    """The outcome of :class:`LadderPTR`: ``value`` None is ⊥ (then ``bound`` is None too)."""
+
+    value: float | None
+    bound: float | None
+
+
+@dataclass(frozen=True, init=False)
+class LadderPTR:
+    """PTR without a proposed bound: the smallest rung of b_j = (hi − lo)·ratio^(j − J + 1) that
+    the sparse vector technique finds far from high sensitivity.
+
+    AboveThreshold over the queries D(x, b_0), …, D(x, b_{J−1}) (sensitivity 1 each): noisy
+    threshold T + ρ, ρ ~ DLap(2/ε_svt); the first j with D(x, b_j) + ν_j ≥ T + ρ,
+    ν_j ~ DLap(4/ε_svt), is selected (ε_svt-DP, Dwork & Roth 2014 Thm. 3.23; exact integers keep
+    the proof's shifts). Then f(x) + Laplace(b_j/ε_release). None selected: ⊥.
+
+    Guarantee: (ε, δ)-DP for add/remove one person, ε = ε_svt + ε_release (split evenly). The
+    release step is ε_release-DP whenever D(x, b_j) ≥ 1, and P(a rung with D(x, b_j) = 0 is
+    selected) ≤ J·P(ν − ρ ≥ T) ≤ δ fixes T (docs/local_sensitivity.md §6).
+
+    Args:
+      statistic: ``"quantile"`` (with ``q``) or ``"mean"``.
+      rungs: J ≥ 2; ratio: > 1, the factor between rungs.
+    """
+
+    statistic: Literal["quantile", "mean"]
+    lower: float
+    upper: float
+    epsilon: Fraction
+    delta: Fraction
+    q: Fraction | None
+    rungs: int
+    ratio: Fraction
+    bounds: tuple[Fraction, ...]
+    threshold: int
+
+    def __init__(
+        self,
+        statistic: Literal["quantile", "mean"],
+        lower: float,
+        upper: float,
+        epsilon: Rational,
+        delta: Rational,
+        *,
+        q: Rational | None = None,
+        rungs: int = 24,
+        ratio: Rational = 2,
+    ) -> None:
+        if statistic not in ("quantile", "mean"):
+            raise ValueError(f"statistic must be 'quantile' or 'mean', got {statistic!r}")
+        if statistic == "quantile":
+            qf: Fraction | None = as_quantile(q)
+        elif q is not None:
+            raise ValueError("q is only for statistic='quantile'")
+        else:
+            qf = None
+        eps, d = check_epsilon(epsilon), check_delta(delta)
+        lo, hi = check_bounds(lower, upper)
+        if isinstance(rungs, bool) or not isinstance(rungs, int) or rungs < 2:
+            raise ValueError(f"rungs must be an int ≥ 2, got {rungs!r}")
+        r = as_fraction(ratio, "ratio")
+        if r <= 1:
+            raise ValueError(f"ratio must be > 1, got {ratio!r}; 2 halves the bound per rung")
+        span = Fraction(hi) - Fraction(lo)
+        bounds = tuple(span / r ** (rungs - 1 - j) for j in range(rungs))
+        t = 1
+        while rungs * svt_failure_bound(eps / 2, t) > float(d) * (1 - 1e-9):
+            t += 1
+        fields = {
+            "statistic": statistic,
+            "lower": lo,
+            "upper": hi,
+            "epsilon": eps,
+            "delta": d,
+            "q": qf,
+            "rungs": rungs,
+            "ratio": r,
+            "bounds": bounds,
+            "threshold": t,
+        }
+        for name, v in fields.items():
+            object.__setattr__(self, name, v)
+
+    @property
+    def guarantee(self) -> ApproxDP:
+        return ApproxDP(self.epsilon, self.delta)
+
+    def _distances(self, xs: np.ndarray, j: int) -> int:
+        b = self.bounds[j]
+        if self.statistic == "mean":
+            d = mean_distance(len(xs), self.lower, self.upper, b)
+        else:
+            d = distance_to_sensitivity(
+                xs, q=self.q, lower=self.lower, upper=self.upper, bound=float_down(b)
+            )
+        return INFINITE_DISTANCE if d is None else d
+
+    def release(self, values: ArrayLike, rng: KeyedRng) -> LadderRelease:
+        xs = sorted_clamped(values, self.lower, self.upper)
+        eps_svt = self.epsilon / 2
+        noisy_threshold = self.threshold + discrete_laplace(rng, 2 / eps_svt)
+        for j in range(self.rungs):
+            if self._distances(xs, j) + discrete_laplace(rng, 4 / eps_svt) >= noisy_threshold:
+                b = self.bounds[j]
+                if self.statistic == "mean":
+                    value: float | Fraction = exact_mean(xs, self.lower, self.upper)
+                else:
+                    assert self.q is not None
+                    value = quantile_of_sorted(xs, self.q, self.lower)
+                mech = LaplaceMechanism(float_up(b), float_down(self.epsilon / 2))
+                noisy = mech.release(value, rng)
+                return LadderRelease(noisy, float(b))
+        return LadderRelease(None, None)
+
+    def to_manifest(self) -> dict[str, object]:
+        return {
+            "mechanism": "propose_test_release_ladder",
+            "statistic": self.statistic,
+            **({"q": str(self.q)} if self.q is not None else {}),
+            "rungs": [float(b) for b in self.bounds],
+            "threshold": self.threshold,
+            "epsilon_svt": float(self.epsilon / 2),
+            "epsilon_release": float(self.epsilon / 2),
+            "bounds": [self.lower, self.upper],
+            "neighbouring": "add/remove one person",
+            "guarantee": self.guarantee.to_manifest(),
+        }

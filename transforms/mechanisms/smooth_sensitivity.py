@@ -1,0 +1,342 @@
+"""Smooth-sensitivity release of a quantile (median) of per-person values, with three noises.
+
+Mechanism (Nissim, Raskhodnikova, Smith, STOC 2007; seed ``smooth-sensitivity-nrs07.txt``):
+release f(x) + (S(x)/α)·Z, where f is the q-quantile of the per-person values clamped to
+[lo, hi] (:mod:`.quantile_sensitivity`), S a β-smooth upper bound on its local sensitivity and Z
+heavy-tailed noise. Neighbouring data sets add or remove one person (one value); S is smooth for
+that relation (derivation: ``docs/local_sensitivity.md``). Three noise rules, each a frozen
+parameter object validated at construction:
+
+* :class:`CauchyNoise` — h(z) ∝ 1/(1 + |z|^γ), γ > 1, β = ε/(2(γ+1)), scale 2(γ+1)·S/ε:
+  **pure ε-DP** (seed, "Main result (1D case)", item 1). Default γ = 4, the smallest integer with
+  finite variance (needs γ > 3); docs §7 compares γ = 2.
+* :class:`LaplaceNoise` — β = ε/(2 ln(2/δ₀)), scale 2S/ε: **(ε, δ₀/2·(e^{ε/2} + 1))-DP** (seed,
+  item 2). The object takes the δ you want to state and sets δ₀ = 2δ/(e^{ε/2} + 1).
+* :class:`LaplaceLogNormalNoise` — Z = X·e^{σY} (X ~ Laplace(1), Y ~ N(0, 1)), scale S/s with S
+  t-smooth: **½ε²-zCDP** for ε = t/σ + e^{3σ²/2}·s (Bun & Steinke, NeurIPS 2019; seed
+  ``lecture-ptr-lln-stability.txt``, Proposition 15.1). σ solves 5(ε/t)σ³ − 5σ² − 1 = 0 (the σ
+  minimising the noise's standard deviation for given ε, t); t defaults to ε/(2√5), chosen
+  without the data (docs §7).
+
+Release arithmetic (docs §8). The statistic is centred on the bounds' midpoint, S is floored at
+2^−20·(hi − lo) and raised by 2^−50·(hi − lo) (both keep it a β-smooth bound on the local
+sensitivity of the *centred float* statistic), and :func:`.heavy_tailed.release_heavy_tailed`
+is called with the **public** scale hi − lo, the factor S(x)/α folded into the noise's log|z|:
+its output grid then depends only on public values (a grid derived from S(x) would reveal S(x)'s
+binade). The result is clamped to [lo, hi] — post-processing. Floating-point caveats are those
+of :mod:`.heavy_tailed`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+from numpy.typing import ArrayLike
+
+from .accounting import ZCDP, ApproxDP, PureDP
+from .discrete import Rational
+from .heavy_tailed import (
+    LogNoise,
+    _exponential,  # Exp(1) at fine resolution: Laplace(1) = ±E (see LaplaceNoise.sample)
+    cauchy_type_noise,
+    laplace_log_normal_noise,
+    release_heavy_tailed,
+)
+from .quantile_sensitivity import (
+    as_quantile,
+    check_bounds,
+    log_smooth_sensitivity,
+    quantile_of_sorted,
+    sorted_clamped,
+)
+from .rng import KeyedRng
+
+NoiseKind = Literal["cauchy", "laplace", "lln"]
+NOISE_KINDS: tuple[str, ...] = ("cauchy", "laplace", "lln")
+DEFAULT_GAMMA = 4.0
+LLN_T_PER_EPSILON = 1.0 / (2.0 * math.sqrt(5.0))
+"""Default t = ε/(2√5) ≈ 0.2236·ε: minimises the LLN noise's sd when S_t ∝ 1/t (docs §7)."""
+
+_FLOOR_BITS = 20  # S ≥ 2^−20·(hi − lo)
+_SLACK_BITS = 50  # S += 2^−50·(hi − lo): covers rounding of the centred statistic
+_DOWN = 1.0 - 2.0**-40  # rounds a computed β, δ₀ or s down, far beyond the float error
+_UP = 1.0 + 2.0**-40  # rounds a noise multiplier up
+
+
+def _positive(x: object, name: str, hint: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (numbers.Real, Fraction)):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    f = float(x)
+    if not (math.isfinite(f) and f > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {x!r}; {hint}")
+    return f
+
+
+_BUDGET_HINT = "every query needs a positive share of the budget"
+
+
+@dataclass(frozen=True)
+class CauchyNoise:
+    """Cauchy-type noise h(z) ∝ 1/(1 + |z|^γ): pure ε-DP with β = ε/(2(γ+1)), α = ε/(2(γ+1)).
+
+    Guarantee: ε-DP for add/remove one person, given a β-smooth upper bound S on the local
+    sensitivity for that relation (NRS07 via seed ``smooth-sensitivity-nrs07.txt``: the density is
+    (ε/(2(γ+1)), ε/(2(γ+1)))-admissible with δ = 0). γ > 1; γ > 3 for a finite variance.
+    """
+
+    epsilon: float
+    gamma: float = DEFAULT_GAMMA
+    beta: float = field(init=False)
+    multiplier: float = field(init=False)
+    kind: NoiseKind = field(default="cauchy", init=False)
+
+    def __post_init__(self) -> None:
+        eps = _positive(self.epsilon, "epsilon", _BUDGET_HINT)
+        g = _positive(self.gamma, "gamma", "gamma > 1 (4 gives finite variance)")
+        if not g > 1:
+            raise ValueError(
+                f"gamma must be > 1, got {self.gamma!r}: 1/(1+|z|^gamma) is not integrable "
+                "for gamma <= 1; the default 4 gives finite variance"
+            )
+        object.__setattr__(self, "beta", eps / (2.0 * (g + 1.0)) * _DOWN)
+        object.__setattr__(self, "multiplier", 2.0 * (g + 1.0) / eps * _UP)
+
+    @property
+    def guarantee(self) -> PureDP:
+        return PureDP(Fraction(self.epsilon))
+
+    def sample(self, rng: KeyedRng) -> LogNoise:
+        return cauchy_type_noise(rng, self.gamma)
+
+    def to_manifest(self) -> dict[str, object]:
+        return {
+            "noise": "cauchy",
+            "gamma": self.gamma,
+            "beta": self.beta,
+            "scale": "2(γ+1)·S/ε",
+            "guarantee": self.guarantee.to_manifest(),
+        }
+
+
+@dataclass(frozen=True)
+class LaplaceNoise:
+    """Laplace(1) noise, scale 2S/ε, β = ε/(2 ln(2/δ₀)): (ε, δ)-DP with δ = δ₀/2·(e^{ε/2} + 1).
+
+    Guarantee: (ε, δ)-DP for add/remove one person with ``delta`` the stated δ; the seed's
+    parameter is δ₀ = 2δ/(e^{ε/2} + 1) (``delta_seed``), as its theorem gives
+    (ε, δ₀/2·(e^{ε/2} + 1)) (seed ``smooth-sensitivity-nrs07.txt``, Main result item 2).
+    """
+
+    epsilon: float
+    delta: float
+    delta_seed: float = field(init=False)
+    beta: float = field(init=False)
+    multiplier: float = field(init=False)
+    kind: NoiseKind = field(default="laplace", init=False)
+
+    def __post_init__(self) -> None:
+        eps = _positive(self.epsilon, "epsilon", _BUDGET_HINT)
+        d = _positive(self.delta, "delta", "Laplace smooth-sensitivity noise needs δ in (0, 1)")
+        if not d < 1:
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        d0 = 2.0 * d / (math.exp(eps / 2.0) + 1.0) * _DOWN  # rounded down: δ stays as stated
+        object.__setattr__(self, "delta_seed", d0)
+        object.__setattr__(self, "beta", eps / (2.0 * math.log(2.0 / d0)) * _DOWN)
+        object.__setattr__(self, "multiplier", 2.0 / eps * _UP)
+
+    @property
+    def guarantee(self) -> ApproxDP:
+        return ApproxDP(Fraction(self.epsilon), Fraction(self.delta))
+
+    def sample(self, rng: KeyedRng) -> LogNoise:
+        """Laplace(1) as (sign, ln E), E ~ Exp(1) from the heavy-tailed module's fine sampler."""
+        return LogNoise(1 if rng.randbits(1) else -1, math.log(_exponential(rng)))
+
+    def to_manifest(self) -> dict[str, object]:
+        return {
+            "noise": "laplace",
+            "beta": self.beta,
+            "delta_seed": self.delta_seed,
+            "scale": "2·S/ε",
+            "guarantee": self.guarantee.to_manifest(),
+        }
+
+
+def lln_sigma(epsilon: float, t: float) -> float:
+    """The root σ > 0 of 5(ε/t)σ³ − 5σ² − 1 = 0 (unique: the cubic is −1 at 0, decreasing, then
+    increasing), by bisection to full float precision."""
+    k = 5.0 * epsilon / t
+    lo, hi = 0.0, 1.0
+    while k * hi**3 - 5.0 * hi * hi - 1.0 <= 0:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if k * mid**3 - 5.0 * mid * mid - 1.0 > 0:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-16 * hi:
+            break
+    return hi
+
+
+@dataclass(frozen=True)
+class LaplaceLogNormalNoise:
+    """LLN(σ) noise, scale S/s with S t-smooth: ½ε²-zCDP, ε = √(2ρ) = t/σ + e^{3σ²/2}·s.
+
+    Guarantee: ρ-zCDP for add/remove one person (Bun & Steinke 2019, Proposition 15.1 of seed
+    ``lecture-ptr-lln-stability.txt``), given |f(x) − f(x')| ≤ S(x) and e^{−t}S(x) ≤ S(x') ≤
+    e^t·S(x) for neighbours, which a t-smooth upper bound on the local sensitivity satisfies.
+    σ solves 5(ε/t)σ³ − 5σ² − 1 = 0; s = (ε − t/σ)·e^{−3σ²/2}, rounded down. ``t`` is the
+    smoothness β, default ε/(2√5) (public: it depends on ρ only).
+    """
+
+    rho: float
+    t: float | None = None
+    beta: float = field(init=False)
+    sigma: float = field(init=False)
+    s: float = field(init=False)
+    multiplier: float = field(init=False)
+    kind: NoiseKind = field(default="lln", init=False)
+
+    def __post_init__(self) -> None:
+        rho = _positive(self.rho, "rho", _BUDGET_HINT)
+        eps = math.sqrt(2.0 * rho) * _DOWN
+        t = eps * LLN_T_PER_EPSILON if self.t is None else _positive(self.t, "t", "t > 0")
+        sigma = lln_sigma(eps, t)
+        s = (eps - t / sigma) * math.exp(-1.5 * sigma * sigma) * _DOWN
+        if not s > 0:
+            raise ValueError(f"t = {t!r} is too large for ρ = {self.rho!r}: no room for s > 0")
+        for name, v in (("beta", t), ("sigma", sigma), ("s", s), ("multiplier", _UP / s)):
+            object.__setattr__(self, name, v)
+
+    @property
+    def guarantee(self) -> ZCDP:
+        return ZCDP(Fraction(self.rho))
+
+    def sample(self, rng: KeyedRng) -> LogNoise:
+        return laplace_log_normal_noise(rng, self.sigma)
+
+    def to_manifest(self) -> dict[str, object]:
+        return {
+            "noise": "lln",
+            "beta": self.beta,
+            "t": self.beta,
+            "sigma": self.sigma,
+            "s": self.s,
+            "scale": "S/s",
+            "guarantee": self.guarantee.to_manifest(),
+        }
+
+
+SmoothNoise = CauchyNoise | LaplaceNoise | LaplaceLogNormalNoise
+
+
+def make_smooth_noise(
+    kind: str,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    rho: float | None = None,
+    gamma: float = DEFAULT_GAMMA,
+    t: float | None = None,
+) -> SmoothNoise:
+    """The noise rule named by a job file's ``noise`` key: ``cauchy`` (needs ε), ``laplace``
+    (ε and δ) or ``lln`` (ρ; optional t)."""
+    if kind == "cauchy":
+        if epsilon is None:
+            raise ValueError("noise 'cauchy' needs epsilon (it is pure ε-DP)")
+        return CauchyNoise(epsilon, gamma)
+    if kind == "laplace":
+        if epsilon is None or delta is None:
+            raise ValueError("noise 'laplace' needs epsilon and delta (it is (ε, δ)-DP)")
+        return LaplaceNoise(epsilon, delta)
+    if kind == "lln":
+        if rho is None:
+            raise ValueError("noise 'lln' needs rho (it is ρ-zCDP, ρ = ε²/2)")
+        return LaplaceLogNormalNoise(rho, t)
+    raise ValueError(f"unknown noise {kind!r}; expected one of {', '.join(NOISE_KINDS)}")
+
+
+def release_with_log_scale(
+    value: float, log_s: float, noise: SmoothNoise, *, lower: float, upper: float, rng: KeyedRng
+) -> float:
+    """f(x) + multiplier·Ŝ·Z on the public grid, Ŝ = max(S, 2^−20·span) + 2^−50·span, where
+    S = e^{log_s} must be a β-smooth bound (module docstring; docs §8). Clamped to [lo, hi]."""
+    span = upper - lower
+    mid = lower * 0.5 + upper * 0.5
+    log_span = math.log(span)
+    floor = max(log_s, log_span - _FLOOR_BITS * math.log(2.0))
+    log_hat = floor + math.log1p(math.exp(log_span - _SLACK_BITS * math.log(2.0) - floor))
+    z = noise.sample(rng)
+    log_ratio = math.log(noise.multiplier) + log_hat - log_span
+    y = release_heavy_tailed(
+        value - mid,
+        scale=span,
+        noise=(z.sign, z.log_abs + log_ratio),
+        lower=lower - mid,
+        upper=upper - mid,
+    )
+    return min(max(y + mid, lower), upper) + 0.0
+
+
+@dataclass(frozen=True, init=False)
+class SmoothQuantile:
+    """The q-quantile (median: q = 1/2) of per-person values in [lower, upper], released with
+    smooth-sensitivity noise ``noise``.
+
+    Guarantee: ``noise.guarantee`` (pure ε, (ε, δ) or ρ-zCDP) for add/remove one person — each
+    person contributes one value, after the Beam side's per-person reduction. The quantile is
+    x_{⌈qn⌉} of the clamped sorted values (lo when there are none). Proofs: module docstring,
+    ``docs/local_sensitivity.md``.
+    """
+
+    q: Fraction
+    lower: float
+    upper: float
+    noise: SmoothNoise
+
+    def __init__(self, q: Rational, lower: float, upper: float, noise: SmoothNoise) -> None:
+        lo, hi = check_bounds(lower, upper)
+        if not isinstance(noise, (CauchyNoise, LaplaceNoise, LaplaceLogNormalNoise)):
+            raise TypeError(
+                f"noise must be CauchyNoise, LaplaceNoise or LaplaceLogNormalNoise, got "
+                f"{type(noise).__name__}; build it with make_smooth_noise"
+            )
+        for name, v in (("q", as_quantile(q)), ("lower", lo), ("upper", hi), ("noise", noise)):
+            object.__setattr__(self, name, v)
+
+    @property
+    def beta(self) -> float:
+        return self.noise.beta
+
+    def log_sensitivity(self, values: ArrayLike) -> float:
+        """ln Ŝ(x) before the floor (not private: for tests and diagnostics only)."""
+        return log_smooth_sensitivity(
+            values, q=self.q, lower=self.lower, upper=self.upper, beta=self.noise.beta
+        )
+
+    def release(self, values: ArrayLike, rng: KeyedRng) -> float:
+        """The noisy quantile of ``values`` (one per person), all noise from ``rng``."""
+        xs = sorted_clamped(values, self.lower, self.upper)
+        log_s = log_smooth_sensitivity(
+            xs, q=self.q, lower=self.lower, upper=self.upper, beta=self.noise.beta
+        )
+        value = quantile_of_sorted(xs, self.q, self.lower)
+        return release_with_log_scale(
+            value, log_s, self.noise, lower=self.lower, upper=self.upper, rng=rng
+        )
+
+    def to_manifest(self) -> dict[str, object]:
+        return {
+            "mechanism": "smooth_sensitivity",
+            "statistic": "median" if self.q == Fraction(1, 2) else "quantile",
+            "q": str(self.q),
+            "bounds": [self.lower, self.upper],
+            "neighbouring": "add/remove one person",
+            **self.noise.to_manifest(),
+        }
