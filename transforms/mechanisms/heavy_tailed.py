@@ -112,8 +112,11 @@ def _fine_uniform(rng: KeyedRng) -> tuple[int, float]:
         return k, ((1 << 52) | (m << 1) | 1) * (1.0 / (1 << 53))
 
 
-def _exponential(rng: KeyedRng) -> float:
-    """E ~ Exp(1) as −ln U = K·ln 2 − ln V, always > 0 (V < 1)."""
+def exponential_noise(rng: KeyedRng) -> float:
+    """E ~ Exp(1) as −ln U = K·ln 2 − ln V, always > 0 (V < 1); ±E is Laplace(1).
+
+    Resolution: U is drawn with ~2^−1074 relative precision near 0 (see ``_fine_uniform``), so
+    the tail of E is not truncated at ~37 as with a 53-bit uniform."""
     k, v = _fine_uniform(rng)
     return k * _LN2 - math.log(v)
 
@@ -157,7 +160,7 @@ def cauchy_type_noise(rng: KeyedRng, gamma: float) -> LogNoise:
             log_t = math.log(t)
             s_pow = t**g
         else:
-            log_t = _exponential(rng) / (g - 1.0)
+            log_t = exponential_noise(rng) / (g - 1.0)
             s_pow = math.exp(-g * log_t)
         if rng.uniform_open01() * (1.0 + s_pow) < 1.0:
             return LogNoise(1 if randbits(1) else -1, log_t)
@@ -172,7 +175,7 @@ def laplace_log_normal_noise(rng: KeyedRng, sigma: float) -> LogNoise:
     Used with smooth sensitivity for ½ε²-zCDP (Bun–Steinke 2019; module docstring).
     """
     s = _check_positive(sigma, "sigma")
-    e = _exponential(rng)
+    e = exponential_noise(rng)
     k, v = _fine_uniform(rng)
     y = _STD_NORMAL.inv_cdf(math.ldexp(v, -k - 1))  # W = 2^−(K+1)·V, Y ≤ 0
     signs = rng.randbits(2)
@@ -246,9 +249,14 @@ def release_heavy_tailed(
     docstring). The result is a multiple of ``release_grid(scale)`` or one of the bounds, and
     never −0.0. ``value`` may lie outside [lower, upper]; it is not clamped before the noise.
 
+    **The output grid is a function of** ``scale``: pass a public scale. With a data-dependent
+    scale (smooth sensitivity S(x)), the grid of the output would reveal which power of two S(x)
+    falls in; fold S(x) into the noise's log|z| and pass a public scale (the width of the bounds,
+    say) instead, as :mod:`transforms.mechanisms.smooth_sensitivity` does.
+
     Args:
       value: the statistic, finite.
-      scale: the noise multiplier, finite and > 0 (e.g. 2(γ+1)·S/ε for Cauchy-type noise).
+      scale: the noise multiplier, finite, > 0 and public (e.g. 2(γ+1)·b/ε for a public b).
       noise: (sign, log|z|) from :func:`cauchy_type_noise` or :func:`laplace_log_normal_noise`;
         log|z| = −∞ means z = 0 and +∞ sends the result to the bound.
       lower, upper: the declared output range, finite, lower < upper.

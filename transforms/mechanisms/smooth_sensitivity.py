@@ -41,8 +41,8 @@ from .accounting import ZCDP, ApproxDP, PureDP
 from .discrete import Rational
 from .heavy_tailed import (
     LogNoise,
-    _exponential,  # Exp(1) at fine resolution: Laplace(1) = ±E (see LaplaceNoise.sample)
     cauchy_type_noise,
+    exponential_noise,  # Exp(1) at fine resolution: Laplace(1) = ±E (see LaplaceNoise.sample)
     laplace_log_normal_noise,
     release_heavy_tailed,
 )
@@ -154,7 +154,7 @@ class LaplaceNoise:
 
     def sample(self, rng: KeyedRng) -> LogNoise:
         """Laplace(1) as (sign, ln E), E ~ Exp(1) from the heavy-tailed module's fine sampler."""
-        return LogNoise(1 if rng.randbits(1) else -1, math.log(_exponential(rng)))
+        return LogNoise(1 if rng.randbits(1) else -1, math.log(exponential_noise(rng)))
 
     def to_manifest(self) -> dict[str, object]:
         return {
