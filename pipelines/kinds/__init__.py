@@ -16,7 +16,16 @@ from typing import cast
 from .base import QueryKind
 
 # metric → module defining KIND. The bounded aggregates are not here (see the docstring).
-METRIC_KINDS: dict[str, str] = {}
+METRIC_KINDS: dict[str, str] = {
+    # order statistics: the method (smooth sensitivity, shifted inverse) is a key of the query
+    "median": "pipelines.kinds.quantile",
+    "quantile": "pipelines.kinds.quantile",
+    # local-sensitivity mechanisms on per-person values (issue 6)
+    "ptr_mean": "pipelines.kinds.local_sensitivity",
+    "ptr_median": "pipelines.kinds.local_sensitivity",
+    "top_partition": "pipelines.kinds.local_sensitivity",
+    "trimmed_mean": "pipelines.kinds.local_sensitivity",  # refused with the reason (docs §11)
+}
 
 
 def kind_for(metric: str) -> QueryKind:

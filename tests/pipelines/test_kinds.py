@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import kinds
-from pipelines.config import ConfigError, parse_job
+from pipelines.cli import main
+from pipelines.config import ConfigError, load_job, parse_job
 from pipelines.generate import generate
 from pipelines.job import run_release
 from pipelines.plan import plan_release
@@ -77,3 +78,14 @@ def test_kind_runs_in_the_pipeline_with_its_declared_columns(tmp_path: Path) -> 
     assert table.to_pylist() == [{"value": 60.0, "note": "exact"}]  # every generated person
     manifest = json.loads(Path(result.manifest).read_text())
     assert manifest["outputs"]["people"] == "people.parquet"
+
+
+def test_registered_kinds_plan_through_the_real_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """median goes through the quantile dispatcher to smooth sensitivity; the others to their
+    module — no monkeypatching of the table."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "local_sensitivity_job.toml"
+    assert main(["plan", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "median_duration: share" in out and "top_domain: share" in out
+    plan = plan_release(load_job(example))
+    assert [getattr(q, "method", None) for q in plan.queries][0] == "smooth_sensitivity"

@@ -1,0 +1,269 @@
+"""Planned local-sensitivity queries: the budget arithmetic, the mechanisms, and what is reported.
+
+Part of :mod:`pipelines.kinds.local_sensitivity` (which parses the keys and wires the pipeline):
+here a query's share of the total becomes a calibrated core mechanism, and the plan says what the
+manifest and ``userdp plan`` show. Public facts only; nothing here sees data.
+
+How each mechanism's guarantee is counted against the query's share (``counted_as`` in the
+manifest):
+
+* ε total: an ε-DP mechanism (Cauchy-type smooth noise) gets the share's ε (rounded down to a
+  float). (ε, δ) mechanisms and ρ-zCDP noise are refused when the job file is read.
+* (ε, δ) total: (ε, δ)-DP mechanisms get the share's (ε, δ); an ε-DP one counts as (ε, 0);
+  Laplace-log-normal noise gets the largest ρ whose zCDP → (ε, δ) conversion (CKS 2020 Cor. 13,
+  :func:`~transforms.mechanisms.accounting.zcdp_budget_for`) fits in the share.
+* ρ total (+ δ): ρ-zCDP noise gets ρ; an ε-DP mechanism gets the largest float ε with ε²/2 ≤ ρ
+  (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4); an (ε, δ)-DP mechanism gets that ε and the
+  query's δ share, and counts as δ-approximately ε²/2-zCDP (Bun & Steinke 2016, Def. 8.1: (ε, δ)-DP
+  is δ-approximate (ε, 0)-zCDP, and the conditioned pair, being ε-indistinguishable, is
+  ε²/2-zCDP). The δ is booked like private partition selection's (``plan.spent_selection_delta``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    PureDP,
+    float_down,
+    zcdp_budget_for,
+)
+from transforms.mechanisms.ptr import PTRMean, PTRQuantile
+from transforms.mechanisms.ptr_ladder import LadderPTR
+from transforms.mechanisms.smooth_sensitivity import (
+    CauchyNoise,
+    LaplaceNoise,
+    SmoothNoise,
+    SmoothQuantile,
+    make_smooth_noise,
+)
+from transforms.mechanisms.stability import StableTopPartition
+
+if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
+    from transforms.local_release import PerPersonMechanism
+
+LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
+NEIGHBOURS = "add/remove one person"
+NUMERIC_COLUMNS = (("value", "float64"), ("released", "bool"))
+
+
+def epsilon_within_rho(rho: Fraction) -> float:
+    """The largest float ε with ε²/2 ≤ ρ (an ε-DP or (ε, δ)-DP mechanism inside a ρ share)."""
+    eps = math.sqrt(2 * float(rho))
+    while Fraction(eps) ** 2 / 2 > rho:
+        eps = math.nextafter(eps, 0.0)
+    return eps
+
+
+@dataclass(frozen=True)
+class DPBudget:
+    """What an ε-DP or (ε, δ)-DP mechanism may spend."""
+
+    epsilon: Fraction
+    delta: Fraction  # 0 under an ε total; under a ρ total, the query's δ share
+
+
+def dp_budget(share: Budget, zcdp_delta: Fraction) -> DPBudget:
+    """(ε, δ) for an ε- or (ε, δ)-DP mechanism from the query's share (module docstring)."""
+    if isinstance(share, ZCDP):
+        return DPBudget(Fraction(epsilon_within_rho(share.rho)), zcdp_delta)
+    if isinstance(share, ApproxDP):
+        return DPBudget(share.epsilon, share.delta)
+    return DPBudget(share.epsilon, Fraction(0))
+
+
+def zcdp_rho(share: Budget) -> Fraction:
+    """ρ for a ρ-zCDP mechanism: the share's ρ, or the largest ρ that implies an (ε, δ) share."""
+    if isinstance(share, ZCDP):
+        return share.rho
+    if isinstance(share, ApproxDP):
+        return zcdp_budget_for(share).rho
+    raise ValueError(f"a ρ-zCDP mechanism cannot be counted in the pure share {share}")
+
+
+def smooth_noise(kind: str, gamma: float, share: Budget, zcdp_delta: Fraction) -> SmoothNoise:
+    """The smooth-sensitivity noise rule ``kind`` calibrated to the share (floats rounded down)."""
+    if kind == "lln":
+        return make_smooth_noise("lln", rho=float_down(zcdp_rho(share)))
+    b = dp_budget(share, zcdp_delta)
+    if kind == "laplace":
+        return make_smooth_noise(
+            "laplace", epsilon=float_down(b.epsilon), delta=float_down(b.delta)
+        )
+    return make_smooth_noise("cauchy", epsilon=float_down(b.epsilon), gamma=gamma)
+
+
+def counted_as(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> dict[str, Any]:
+    """How ``guarantee`` (the mechanism's) is counted in ``share`` (the manifest's
+    ``counted_as``): the rule, and under a ρ total the δ booked beside ρ."""
+    if isinstance(share, ZCDP):
+        rule = {
+            PureDP: "ε-DP is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4), ε²/2 ≤ ρ",
+            ApproxDP: "(ε, δ)-DP is δ-approximately ε²/2-zCDP (Bun & Steinke 2016, Def. 8.1), "
+            "ε²/2 ≤ ρ; δ is the query's δ share, booked beside ρ",
+            ZCDP: "ρ-zCDP within the ρ share",
+        }[type(guarantee)]
+    elif isinstance(share, ApproxDP):
+        rule = {
+            PureDP: "ε-DP counts as (ε, 0)-DP",
+            ApproxDP: "(ε, δ)-DP within the (ε, δ) share",
+            ZCDP: "ρ-zCDP implies the (ε, δ) share (Canonne, Kamath & Steinke 2020, Cor. 13)",
+        }[type(guarantee)]
+    else:
+        rule = "ε-DP within the ε share"
+    out: dict[str, Any] = {"rule": rule}
+    if isinstance(share, ZCDP) and isinstance(guarantee, ApproxDP):
+        out["delta"] = {"value": float(zcdp_delta), "exact": str(zcdp_delta)}
+    return out
+
+
+def _guarantee_line(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> str:
+    line = f"guarantee: {guarantee} for {NEIGHBOURS}"
+    if isinstance(share, ZCDP) and not isinstance(guarantee, ZCDP):
+        rho = Fraction(guarantee.epsilon) ** 2 / 2
+        extra = f", δ={float(zcdp_delta):.3g} booked beside ρ" * isinstance(guarantee, ApproxDP)
+        line += f"; counted as ρ={float(rho):.6g} ≤ share{extra}"
+    elif isinstance(share, ApproxDP) and isinstance(guarantee, ZCDP):
+        line += f"; implies the share {share} (CKS 2020 Cor. 13)"
+    return line
+
+
+def _noise_line(noise: SmoothNoise) -> str:
+    m = f"value + {noise.multiplier:.4g}·S(x)·Z"
+    if isinstance(noise, CauchyNoise):
+        return (
+            f"noise: Cauchy-type 1/(1+|z|^{noise.gamma:g}), β = ε/(2(γ+1)) = {noise.beta:.4g}; "
+            f"{m} (scale 2(γ+1)·S/ε)"
+        )
+    if isinstance(noise, LaplaceNoise):
+        return (
+            f"noise: Laplace, β = ε/(2 ln(2/δ₀)) = {noise.beta:.4g} (δ₀ = {noise.delta_seed:.3g});"
+            f" {m} (scale 2·S/ε)"
+        )
+    return (
+        f"noise: Laplace-log-normal σ = {noise.sigma:.4g}, t = β = {noise.beta:.4g} "
+        f"(default ε/(2√5)); {m} (scale S/s, s = {noise.s:.4g})"
+    )
+
+
+def _ptr_lines(m: PTRQuantile | PTRMean | LadderPTR) -> list[str]:
+    if isinstance(m, LadderPTR):
+        return [
+            f"no proposed bound: {m.rungs} rungs b = {float(m.bounds[0]):.4g} … "
+            f"{float(m.bounds[-1]):.4g} (×{m.ratio}), sparse vector with ε/2, threshold "
+            f"T = {m.threshold}; then + Laplace(b_j/(ε/2)); ⊥ if no rung passes"
+        ]
+    c = m.calibration
+    scale = c.mechanism.scale
+    return [
+        f"proposed bound b = {float(c.bound):g}: pass iff D(x, b) + DLap(2/ε) ≥ T = "
+        f"{c.threshold}, else ⊥",
+        f"release: + Laplace scale {scale:.4g} (b/(ε/2)), 95% error ±{scale * LN20:.4g}",
+    ]
+
+
+def guarantee_of(mechanism: PerPersonMechanism | StableTopPartition) -> Budget:
+    """The mechanism's own guarantee (a smooth-sensitivity quantile's is its noise rule's)."""
+    if isinstance(mechanism, SmoothQuantile):
+        return mechanism.noise.guarantee
+    return mechanism.guarantee
+
+
+@dataclass(frozen=True)
+class PerPersonPlan:
+    """A planned query over one value per person: smooth-sensitivity quantile or PTR."""
+
+    name: str
+    metric: str
+    method: str  # "smooth_sensitivity" or "propose_test_release"
+    share: Budget
+    zcdp_delta: Fraction  # under a ρ total: the δ share this query spends (else 0)
+    reduction: str
+    value: str | None
+    mechanism: PerPersonMechanism
+    by: tuple[str, ...] = ()
+    output_columns: tuple[tuple[str, str], ...] = NUMERIC_COLUMNS
+
+    @property
+    def guarantee(self) -> Budget:
+        return guarantee_of(self.mechanism)
+
+    @property
+    def lower(self) -> float:
+        return self.mechanism.lower
+
+    @property
+    def upper(self) -> float:
+        return self.mechanism.upper
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "metric": self.metric,
+            "method": self.method,
+            "per_person": {"reduction": self.reduction, "value": self.value},
+            "bounds": [self.lower, self.upper],
+            "share": self.share.to_manifest(),
+            "mechanism": self.mechanism.to_manifest(),
+            "guarantee": {**self.guarantee.to_manifest(), "neighbouring": NEIGHBOURS},
+            "counted_as": counted_as(self.share, self.guarantee, self.zcdp_delta),
+            "output": "one row: value (null for ⊥), released (false for ⊥)",
+            "gathered": "every per-person value on one worker (8 bytes per person)",
+        }
+
+    def plan_lines(self) -> list[str]:
+        m = self.mechanism
+        of = f"per-person {self.reduction}" + (f"({self.value})" if self.value else "")
+        q = getattr(m, "q", None)
+        what = f"{self.metric} (q = {q})" if self.metric == "quantile" else self.metric
+        head = f"{what} of {of}, clamped to [{self.lower:g}, {self.upper:g}]: "
+        if isinstance(m, SmoothQuantile):
+            lines = [head + "smooth sensitivity (NRS07)", _noise_line(m.noise)]
+        else:
+            lines = [head + "propose-test-release", *_ptr_lines(m)]
+        return [*lines, _guarantee_line(self.share, self.guarantee, self.zcdp_delta)]
+
+
+@dataclass(frozen=True)
+class TopPartitionPlan:
+    """A planned top-partition query: the ``by`` key with the most persons, exactly, or ⊥."""
+
+    name: str
+    share: Budget
+    zcdp_delta: Fraction
+    by: tuple[str, ...]
+    mechanism: StableTopPartition
+    metric: str = "top_partition"
+    method: str = "stability"
+    output_columns: tuple[tuple[str, str], ...] = (("released", "bool"),)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "metric": self.metric,
+            "method": self.method,
+            "by": list(self.by),
+            "share": self.share.to_manifest(),
+            "mechanism": self.mechanism.to_manifest(),
+            "guarantee": {
+                **self.mechanism.guarantee.to_manifest(),
+                "neighbouring": NEIGHBOURS,
+            },
+            "counted_as": counted_as(self.share, self.mechanism.guarantee, self.zcdp_delta),
+            "output": "one row: the by columns (null for ⊥), released (false for ⊥)",
+        }
+
+    def plan_lines(self) -> list[str]:
+        by = ", ".join(self.by)
+        return [
+            f"top_partition by {by}: the partition with the most persons, exactly, or ⊥ "
+            "(stability: distance to instability)",
+            f"release iff dist − 1 + DLap(1/ε) ≥ T = {self.mechanism.threshold}",
+            _guarantee_line(self.share, self.mechanism.guarantee, self.zcdp_delta),
+        ]

@@ -1,0 +1,409 @@
+"""The local-sensitivity query kinds in the release job (pipelines/kinds/local_sensitivity.py,
+transforms/local_release.py): job-file checks, budget accounting, plan report and manifest, exact
+values with noise off, the noise path keyed by (query, "value"), ⊥ rows, empty input, and the
+issue's end-to-end run of a median, a PTR mean and a top domain through ``userdp run``."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import sys
+import types
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import kinds
+from pipelines.cli import main
+from pipelines.config import ConfigError, parse_job
+from pipelines.generate import SCHEMA, generate
+from pipelines.job import run_release
+from pipelines.kinds import local_sensitivity
+from pipelines.kinds.local_sensitivity_plan import PerPersonPlan, TopPartitionPlan
+from pipelines.plan import plan_release
+from pipelines.plan_text import print_plan
+from tests.stats_helpers import TEST_SECRET
+from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from transforms.mechanisms.ptr import PTRMean, PTRQuantile
+from transforms.mechanisms.ptr_ladder import LadderPTR, LadderRelease
+from transforms.mechanisms.rng import ReleaseKey
+from transforms.mechanisms.smooth_sensitivity import (
+    CauchyNoise,
+    LaplaceLogNormalNoise,
+    LaplaceNoise,
+    SmoothQuantile,
+)
+from transforms.mechanisms.stability import StableTopPartition
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "local_sensitivity_job.toml"
+_SHIM = "tests.pipelines._local_sensitivity_quantile_shim"
+
+
+@pytest.fixture(autouse=True)
+def register(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics → this module's kinds (median/quantile through a module exposing QUANTILE as
+    KIND, standing in for the lead's method dispatcher)."""
+    shim = types.ModuleType(_SHIM)
+    shim.KIND = local_sensitivity.QUANTILE  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, _SHIM, shim)
+    for metric in ("median", "quantile"):
+        monkeypatch.setitem(kinds.METRIC_KINDS, metric, _SHIM)
+    for metric in local_sensitivity.KIND.metrics:
+        monkeypatch.setitem(kinds.METRIC_KINDS, metric, "pipelines.kinds.local_sensitivity")
+
+
+def job(tmp_path: Path, *queries: dict[str, Any], **budget: Any) -> dict[str, Any]:
+    return {
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": budget or {"epsilon": 1.0, "delta": 1e-6},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": list(queries),
+    }
+
+
+MEDIAN = {
+    "name": "med",
+    "metric": "median",
+    "per_person": "mean",
+    "value": "duration_s",
+    "bounds": [0.0, 600.0],
+}
+
+
+# ------------------------------------------------------------------------------ job-file checks
+
+
+@pytest.mark.parametrize(
+    ("query", "budget", "match"),
+    [
+        ({**MEDIAN, "metric": "quantile", "q": 1.5}, {}, r"queries\[0\]\.q = 1\.5: expected a "),
+        ({**MEDIAN, "metric": "quantile"}, {}, r"queries\[0\]\.q = \(missing\)"),
+        ({**MEDIAN, "q": 0.5}, {}, r"queries\[0\]\.q = 0\.5: expected one of the keys"),
+        ({**MEDIAN, "bounds": None}, {}, r"queries\[0\]\.bounds = None: expected \[lower, upper"),
+        (
+            {k: v for k, v in MEDIAN.items() if k != "bounds"},
+            {},
+            r"queries\[0\]\.bounds = \(missing\): expected \[lower, upper\]",
+        ),
+        (
+            {**MEDIAN, "metric": "trimmed_mean"},
+            {},
+            r"queries\[0\]\.metric = 'trimmed_mean': expected one of median.*no verified "
+            r"derivation.*local_sensitivity\.md §11",
+        ),
+        ({**MEDIAN, "by": ["domain"]}, {}, r"queries\[0\]\.by = \['domain'\]: expected no `by`"),
+        (
+            {**MEDIAN, "metric": "ptr_mean", "by": "domain"},
+            {},
+            r"queries\[0\]\.by = 'domain': expected no `by`",
+        ),
+        (
+            {**MEDIAN, "noise": "laplace"},
+            {"epsilon": 1.0},
+            r"queries\[0\]\.noise = 'laplace': expected a delta > 0 for laplace noise",
+        ),
+        (
+            {**MEDIAN, "noise": "lln"},
+            {"epsilon": 1.0},
+            r"queries\[0\]\.noise = 'lln': expected cauchy under an epsilon total.*lln is ρ-zCDP",
+        ),
+        (
+            {**MEDIAN, "noise": "laplace"},
+            {"rho": 0.5},
+            r"queries\[0\]\.noise = 'laplace': expected a delta > 0",
+        ),
+        ({**MEDIAN, "noise": "gaussian"}, {}, r"queries\[0\]\.noise = 'gaussian': expected one"),
+        ({**MEDIAN, "noise": "laplace", "gamma": 2}, {}, r"queries\[0\]\.gamma = 2: expected no"),
+        ({**MEDIAN, "noise": "cauchy", "gamma": 1}, {}, r"queries\[0\]\.gamma = 1: expected a "),
+        ({**MEDIAN, "method": "shifted_inverse"}, {}, r"queries\[0\]\.method = 'shifted_inverse'"),
+        ({**MEDIAN, "per_person": "median"}, {}, r"queries\[0\]\.per_person = 'median': expected"),
+        (
+            {k: v for k, v in MEDIAN.items() if k != "per_person"},
+            {},
+            r"queries\[0\]\.per_person = \(missing\): expected one of mean, sum, count",
+        ),
+        ({**MEDIAN, "per_person": "count"}, {}, r"queries\[0\]\.value = 'duration_s': expected no"),
+        ({**MEDIAN, "per_person": "sum", "value": None}, {}, r"queries\[0\]\.value = None"),
+        (
+            {**MEDIAN, "metric": "ptr_mean"},
+            {"epsilon": 1.0},
+            r"queries\[0\]\.metric = 'ptr_mean': expected a delta > 0: ptr_mean is \(ε, δ\)-DP",
+        ),
+        ({**MEDIAN, "metric": "ptr_median", "bound": 0}, {}, r"queries\[0\]\.bound = 0: expected"),
+        (
+            {"name": "t", "metric": "top_partition"},
+            {},
+            r"queries\[0\]\.by = \(missing\): expected one or more partition columns",
+        ),
+        (
+            {"name": "t", "metric": "top_partition", "by": ["domain"], "value": "url"},
+            {},
+            r"queries\[0\]\.value = 'url': expected one of the keys name, metric, by",
+        ),
+    ],
+)
+def test_bad_keys_are_refused_naming_the_key(
+    tmp_path: Path, query: dict[str, Any], budget: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_job(job(tmp_path, query, **budget))
+
+
+def test_an_overspent_delta_share_is_refused_at_planning(tmp_path: Path) -> None:
+    ptr = {**MEDIAN, "metric": "ptr_median", "name": "p"}  # gets the remainder: δ = 0
+    other = {**MEDIAN, "name": "o", "epsilon": 0.5, "delta": 1e-6}  # takes all of δ
+    with pytest.raises(ConfigError, match=r"queries\[0\] = .*a share with delta > 0"):
+        plan_release(parse_job(job(tmp_path, ptr, other)))
+
+
+# ------------------------------------------------------------------------- budget accounting
+
+
+def test_default_noise_follows_the_total_and_is_counted_in_the_share(tmp_path: Path) -> None:
+    pure = plan_release(parse_job(job(tmp_path, MEDIAN, epsilon=0.5))).queries[0]
+    assert isinstance(pure, PerPersonPlan) and isinstance(pure.mechanism, SmoothQuantile)
+    assert isinstance(pure.mechanism.noise, CauchyNoise) and pure.mechanism.noise.gamma == 4.0
+    assert pure.guarantee == PureDP(Fraction(0.5)) and pure.method == "smooth_sensitivity"
+
+    approx = plan_release(parse_job(job(tmp_path, MEDIAN, epsilon=0.5, delta=1e-6))).queries[0]
+    assert isinstance(approx, PerPersonPlan) and isinstance(approx.mechanism, SmoothQuantile)
+    assert isinstance(approx.mechanism.noise, LaplaceNoise)
+    assert approx.guarantee == ApproxDP(Fraction(0.5), Fraction(1e-6))
+    assert approx.guarantee.delta <= Fraction(1, 10**6)  # the float rounded down
+
+    lln_query = {**MEDIAN, "noise": "lln"}
+    lln = plan_release(parse_job(job(tmp_path, lln_query, epsilon=0.5, delta=1e-6))).queries[0]
+    assert isinstance(lln, PerPersonPlan) and isinstance(lln.mechanism, SmoothQuantile)
+    assert isinstance(lln.mechanism.noise, LaplaceLogNormalNoise)
+    rho = zcdp_budget_for(ApproxDP(Fraction(1, 2), Fraction(1, 10**6))).rho
+    assert lln.guarantee == ZCDP(rho)  # already a float: the largest ρ implying the share
+
+    zc = plan_release(parse_job(job(tmp_path, MEDIAN, rho=0.125))).queries[0]
+    assert isinstance(zc, PerPersonPlan) and isinstance(zc.mechanism, SmoothQuantile)
+    assert isinstance(zc.mechanism.noise, LaplaceLogNormalNoise)
+    assert zc.guarantee == ZCDP(Fraction(1, 8)) and zc.zcdp_delta == 0
+
+
+def test_delta_mechanisms_under_rho_take_the_largest_epsilon_and_a_delta_share(
+    tmp_path: Path,
+) -> None:
+    ptr = {**MEDIAN, "name": "p", "metric": "ptr_median"}
+    cauchy = {**MEDIAN, "name": "c", "noise": "cauchy"}
+    laplace = {**MEDIAN, "name": "l", "noise": "laplace"}
+    plan = plan_release(parse_job(job(tmp_path, ptr, cauchy, laplace, rho=0.375, delta=3e-6)))
+    rho = Fraction(1, 8)  # each query's third of ρ
+    p, c, lap = plan.queries
+    assert isinstance(p, PerPersonPlan) and isinstance(p.mechanism, LadderPTR)
+    eps = p.mechanism.epsilon
+    assert eps**2 / 2 <= rho < Fraction(math.nextafter(float(eps), 1.0)) ** 2 / 2
+    half = Fraction(3, 2 * 10**6)  # budget.delta split over the two (ε, δ) queries
+    assert p.mechanism.delta == half == p.zcdp_delta
+    assert isinstance(c, PerPersonPlan) and c.zcdp_delta == 0  # pure ε: no δ
+    assert c.guarantee == PureDP(eps)
+    assert isinstance(lap, PerPersonPlan) and lap.zcdp_delta == half
+    assert isinstance(lap.guarantee, ApproxDP) and lap.guarantee.epsilon == eps
+    assert plan.spent == ZCDP(Fraction(3, 8))
+    assert plan.spent_selection_delta == 2 * half  # the PTR and Laplace queries
+    entry = plan.to_manifest()["queries"][2]
+    assert entry["counted_as"]["delta"] == {"value": 1.5e-6, "exact": "3/2000000"}
+    assert "δ-approximately ε²/2-zCDP" in entry["counted_as"]["rule"]
+
+
+# ------------------------------------------------------------------------ plan and manifest
+
+
+def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
+    quantile = {**MEDIAN, "name": "q90", "metric": "quantile", "q": 0.9, "noise": "cauchy"}
+    ptr = {**MEDIAN, "name": "pm", "metric": "ptr_mean", "bound": 2.0, "per_person": "max"}
+    ladder = {**MEDIAN, "name": "pl", "metric": "ptr_median"}
+    top = {"name": "top", "metric": "top_partition", "by": ["domain"]}
+    cfg = parse_job(job(tmp_path, MEDIAN, quantile, ptr, ladder, top))
+    plan = plan_release(cfg)
+    out = io.StringIO()
+    print_plan(plan, out)
+    text = out.getvalue()
+    assert (
+        "med: share (ε=0.2, δ=2e-07)\n"
+        "  median of per-person mean(duration_s), clamped to [0, 600]: smooth sensitivity (NRS07)\n"
+        "  noise: Laplace, β = ε/(2 ln(2/δ₀)) = 0.006185 (δ₀ = 1.9e-07); value + 10·S(x)·Z "
+        "(scale 2·S/ε)\n"
+        "  guarantee: (ε=0.2, δ=2e-07) for add/remove one person\n"
+    ) in text
+    assert "quantile (q = 9/10) of per-person mean(duration_s)" in text
+    assert "Cauchy-type 1/(1+|z|^4), β = ε/(2(γ+1)) = 0.02; value + 50·S(x)·Z" in text
+    assert "proposed bound b = 2: pass iff D(x, b) + DLap(2/ε) ≥ T = " in text
+    assert "release: + Laplace scale 20 (b/(ε/2))" in text
+    assert "no proposed bound: 24 rungs b = 7.153e-05 … 600 (×2), sparse vector" in text
+    assert "top_partition by domain: the partition with the most persons" in text
+
+    entries = plan.to_manifest()["queries"]
+    med = entries[0]
+    assert med["metric"] == "median" and med["method"] == "smooth_sensitivity"
+    assert med["per_person"] == {"reduction": "mean", "value": "duration_s"}
+    assert med["bounds"] == [0.0, 600.0]
+    assert med["share"] == ApproxDP(Fraction(1, 5), Fraction(2, 10**7)).to_manifest()
+    assert med["mechanism"]["noise"] == "laplace" and med["mechanism"]["beta"] > 0
+    assert med["guarantee"]["kind"] == "approx"
+    assert med["guarantee"]["neighbouring"] == "add/remove one person"
+    assert entries[2]["mechanism"]["mechanism"] == "propose_test_release"
+    assert entries[2]["per_person"] == {"reduction": "max", "value": "duration_s"}
+    assert entries[3]["mechanism"]["mechanism"] == "propose_test_release_ladder"
+    assert entries[4]["by"] == ["domain"] and entries[4]["mechanism"]["mechanism"] == "stability"
+    assert "threshold" in entries[4]["mechanism"]
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def per_person(table: pa.Table, reduction: str, value: str) -> np.ndarray:
+    agg = {"count": "count", "distinct": "count_distinct"}.get(reduction, reduction)
+    grouped = table.group_by("person_id").aggregate([(value, agg)])
+    return np.asarray(grouped.column(f"{value}_{agg}").to_numpy(), dtype=np.float64)
+
+
+def quantile(values: np.ndarray, q: Fraction, lo: float, hi: float) -> float:
+    xs = np.sort(np.clip(values, lo, hi))
+    r = math.ceil(q * len(xs))
+    return float(xs[r - 1]) if r >= 1 else lo
+
+
+def top_domain(table: pa.Table) -> str:
+    pairs = table.group_by(["person_id", "domain"]).aggregate([])
+    counts = pairs.group_by("domain").aggregate([("person_id", "count")]).to_pylist()
+    best = min(counts, key=lambda r: (-r["person_id_count"], r["domain"]))
+    return str(best["domain"])
+
+
+PIPELINE_QUERIES = (
+    MEDIAN,
+    {"name": "q90", "metric": "quantile", "q": 0.9, "per_person": "count", "bounds": [0, 600]},
+    {**MEDIAN, "name": "pmean", "metric": "ptr_mean", "per_person": "sum", "bound": 40.0},
+    {**MEDIAN, "name": "pmed", "metric": "ptr_median", "per_person": "max"},
+    {**MEDIAN, "name": "urls", "metric": "median", "per_person": "distinct", "value": "url"},
+    {"name": "top", "metric": "top_partition", "by": ["domain"]},
+    # ⊥ with probability ≥ 1 − δ: D(x, b) = 0 (fewer than 600/0.001 persons)
+    {**MEDIAN, "name": "bottom", "metric": "ptr_mean", "bound": 0.001},
+)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("local_sensitivity")
+    (root / "data").mkdir()
+    generate(400, str(root / "data" / "logs.parquet"), seed=11)
+    return root
+
+
+def test_noise_off_releases_the_exact_statistics(logs: Path, tmp_path: Path) -> None:
+    cfg = parse_job({**job(logs, *PIPELINE_QUERIES), "output": {"path": str(tmp_path)}})
+    result = run_release(cfg, release_key=ReleaseKey(TEST_SECRET), noise=False, num_shards=3)
+    rows = {name: pq.read_table(path).to_pylist() for name, path in result.outputs.items()}
+    table = pq.read_table(logs / "data" / "logs.parquet")
+    half = Fraction(1, 2)
+    mean_duration = per_person(table, "mean", "duration_s")
+    assert rows["med"] == [{"value": quantile(mean_duration, half, 0, 600), "released": True}]
+    q90 = quantile(per_person(table, "count", "duration_s"), Fraction(9, 10), 0, 600)
+    assert rows["q90"] == [{"value": q90, "released": True}]
+    sums = np.clip(per_person(table, "sum", "duration_s"), 0, 600)
+    assert rows["pmean"][0]["value"] == pytest.approx(float(np.mean(sums)), rel=1e-12)
+    pmed = quantile(per_person(table, "max", "duration_s"), half, 0, 600)
+    assert rows["pmed"] == [{"value": pmed, "released": True}]
+    urls = quantile(per_person(table, "distinct", "url"), half, 0, 600)
+    assert rows["urls"] == [{"value": urls, "released": True}]
+    assert rows["top"] == [{"domain": top_domain(table), "released": True}]
+    schema = pq.read_table(result.outputs["top"]).schema
+    assert schema.names == ["domain", "released"] and schema.field("domain").type == pa.string()
+
+
+def test_noise_on_is_the_core_mechanism_keyed_by_query_and_bottom_is_a_row(
+    logs: Path, tmp_path: Path
+) -> None:
+    # ε = 1 per query, so the ladder's and the top partition's tests pass on 400 persons
+    budget = {"epsilon": 7.0, "delta": 7e-6}
+    cfg = parse_job({**job(logs, *PIPELINE_QUERIES, **budget), "output": {"path": str(tmp_path)}})
+    key = ReleaseKey(TEST_SECRET)
+    result = run_release(cfg, release_key=key, noise=True, num_shards=3)
+    rows = {name: pq.read_table(path).to_pylist() for name, path in result.outputs.items()}
+    table = pq.read_table(logs / "data" / "logs.parquet")
+    plan = plan_release(cfg)
+    for q in plan.queries:
+        rng = key.rng(q.name, "value")
+        if isinstance(q, TopPartitionPlan):
+            assert isinstance(q.mechanism, StableTopPartition)
+            pairs = table.group_by(["person_id", "domain"]).aggregate([])
+            counts = pairs.group_by("domain").aggregate([("person_id", "count")]).to_pylist()
+            top = q.mechanism.release({(r["domain"],): r["person_id_count"] for r in counts}, rng)
+            assert top == (top_domain(table),)  # released, and the exact answer
+            assert rows[q.name] == [{"domain": top_domain(table), "released": True}]
+            continue
+        assert isinstance(q, PerPersonPlan)
+        values = per_person(table, q.reduction, q.value or "duration_s")
+        out = q.mechanism.release(values, rng)
+        expected = out.value if isinstance(out, LadderRelease) else out
+        assert rows[q.name] == [{"value": expected, "released": expected is not None}], q.name
+        if q.name == "bottom":
+            assert expected is None
+        else:
+            assert expected is not None and math.isfinite(expected)
+        if isinstance(q.mechanism, SmoothQuantile):
+            assert expected is not None and 0.0 <= expected <= 600.0
+        else:
+            assert isinstance(q.mechanism, (PTRMean, PTRQuantile, LadderPTR))
+
+
+def test_empty_input_gives_one_row_per_query(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    pq.write_table(SCHEMA.empty_table(), tmp_path / "data" / "empty.parquet")
+    queries = (MEDIAN, PIPELINE_QUERIES[2], PIPELINE_QUERIES[5])
+    cfg = parse_job(job(tmp_path, *queries))
+    result = run_release(cfg, release_key=ReleaseKey(TEST_SECRET), noise=False, num_shards=2)
+    rows = {name: pq.read_table(path).to_pylist() for name, path in result.outputs.items()}
+    assert rows["med"] == [{"value": 0.0, "released": True}]  # the quantile of ∅ is `lower`
+    assert rows["pmean"] == [{"value": 300.0, "released": True}]  # the mean of ∅: the midpoint
+    assert rows["top"] == [{"domain": None, "released": False}]  # no partition at all
+    noisy = run_release(cfg, release_key=ReleaseKey(TEST_SECRET), noise=True, num_shards=2)
+    rows = {name: pq.read_table(path).to_pylist() for name, path in noisy.outputs.items()}
+    assert rows["pmean"] == [{"value": None, "released": False}]  # D = 0: ⊥
+    assert rows["top"] == [{"domain": None, "released": False}]
+    assert rows["med"][0]["released"] and 0.0 <= rows["med"][0]["value"] <= 600.0
+
+
+def test_userdp_run_end_to_end_records_beta_noise_and_guarantees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "job.toml")
+    data = tmp_path / "data" / "logs.parquet"
+    assert main(["generate", "--people", "600", "--out", str(data)]) == 0
+    assert main(["plan", str(tmp_path / "job.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "β = ε/(2(γ+1)) = 0.04" in printed and "guarantee: ε=0.4 for add/remove" in printed
+    assert main(["run", str(tmp_path / "job.toml")]) == 0
+    out = tmp_path / "release_local"
+    manifest = json.loads((out / "manifest.json").read_text())
+    median, mean, top = manifest["queries"]
+    assert median["mechanism"]["beta"] == pytest.approx(0.04)
+    assert median["mechanism"]["noise"] == "cauchy" and median["mechanism"]["gamma"] == 4.0
+    assert median["guarantee"]["kind"] == "pure"
+    assert mean["metric"] == "ptr_mean" and mean["mechanism"]["bound"] == 0.05
+    assert mean["guarantee"]["kind"] == "approx"
+    assert top["metric"] == "top_partition" and top["guarantee"]["kind"] == "approx"
+    assert manifest["outputs"] == {
+        "median_duration": "median_duration.parquet",
+        "mean_visits": "mean_visits.parquet",
+        "top_domain": "top_domain.parquet",
+    }
+    med_row = pq.read_table(out / "median_duration.parquet").to_pylist()
+    assert len(med_row) == 1 and med_row[0]["released"] and 0 <= med_row[0]["value"] <= 600
+    # 600 persons are far fewer than 200/0.05 + T: the PTR test fails (probability ≥ 1 − δ)
+    assert pq.read_table(out / "mean_visits.parquet").to_pylist() == [
+        {"value": None, "released": False}
+    ]
+    top_row = pq.read_table(out / "top_domain.parquet").to_pylist()
+    assert len(top_row) == 1 and set(top_row[0]) == {"domain", "released"}

@@ -1,0 +1,247 @@
+"""Beam final combines for the local-sensitivity mechanisms: gather everything, release once.
+
+Smooth sensitivity, propose-test-release and the stability-based release are not additive: each
+needs the whole multiset of per-person values (or the person count of every partition) in one
+place. So the steps are
+
+1. one value per person (:class:`~transforms.per_person.PerPersonValues`: a keyed shuffle by
+   person, then one vectorised reduction per shard), or the distinct persons of each partition
+   per shard, summed over shards;
+2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
+   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design);
+3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
+   ``release_key.rng(query, "value")``.
+
+Guarantee: the wrapped mechanism's (pure ε, (ε, δ) or ρ-zCDP, stated in its docstring; proofs in
+``docs/local_sensitivity.md``) for add/remove one person — the per-person reduction turns a person
+into exactly one value, and a person moves each partition's person count by at most one. Nothing
+else computed from the data leaves these transforms.
+
+The median's smooth sensitivity depends only on values near the median
+(``docs/local_sensitivity.md`` §4), which would allow gathering a window instead of everything;
+that is not implemented — the memory limit above is the documented choice.
+
+Empty input still gives one row: ``CombineGlobally`` emits its default (no values, no partitions)
+and the mechanism releases from the empty data set (a noisy ``lower`` for a quantile, ⊥ for the
+tests that need many persons). Every output row has ``released``: False when the mechanism
+returned ⊥ (then the value, or the ``by`` columns, are null). ``noise=False`` is a test hook: the
+exact statistic on the same per-person values, for wiring tests; it never comes from a job file.
+This module adds no math: it wires the core's mechanisms and exact statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, cast
+
+import apache_beam as beam
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from apache_beam.pvalue import PCollection
+from apache_beam.transforms import combiners
+
+from .aggregate import ShardByPerson
+from .bounding import PERSON_COLUMN
+from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
+from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
+from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
+from .mechanisms.rng import ReleaseKey
+from .mechanisms.smooth_sensitivity import SmoothQuantile
+from .mechanisms.stability import StableTopPartition, top_partition_distance
+from .per_person import PerPersonValues
+
+F64 = npt.NDArray[np.float64]
+PerPersonMechanism = SmoothQuantile | PTRQuantile | PTRMean | LadderPTR
+PartitionKey = tuple[Any, ...]
+
+
+class ConcatenateValues(beam.CombineFn):
+    """Per-shard arrays of per-person values → one float64 array (gathered on one worker).
+
+    The accumulator is a list of the arrays, concatenated once at the end, so merging is cheap.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
+
+    def create_accumulator(self) -> list[F64]:
+        return []
+
+    def add_input(self, acc: list[F64], values: F64) -> list[F64]:
+        acc.append(values)
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[list[F64]]) -> list[F64]:
+        return [a for acc in accs for a in acc]
+
+    def extract_output(self, acc: list[F64]) -> F64:
+        if not acc:
+            return np.zeros(0, dtype=np.float64)
+        return np.concatenate(acc).astype(np.float64, copy=False)
+
+
+def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
+    """The statistic the mechanism releases, without noise (the ``noise=False`` test hook): the
+    q-quantile as the core defines it (``lower`` for no values), or the exact clamped mean."""
+    xs = sorted_clamped(values, mechanism.lower, mechanism.upper)
+    if isinstance(mechanism, PTRMean) or (
+        isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
+    ):
+        return float(exact_mean(xs, mechanism.lower, mechanism.upper))
+    assert mechanism.q is not None  # quantile mechanisms always have q
+    return quantile_of_sorted(xs, mechanism.q, mechanism.lower)
+
+
+class _ReleaseValue:
+    """values → the output row {value, released}; pure given the rng label (a Beam Map)."""
+
+    def __init__(
+        self, mechanism: PerPersonMechanism, release_key: ReleaseKey, query: str, noise: bool
+    ) -> None:
+        self._mechanism, self._key, self._query, self._noise = mechanism, release_key, query, noise
+
+    def __call__(self, values: F64) -> dict[str, Any]:
+        value: float | None
+        if not self._noise:
+            value = exact_statistic(self._mechanism, values)
+        else:
+            out = self._mechanism.release(values, self._key.rng(self._query, "value"))
+            value = out.value if isinstance(out, LadderRelease) else out
+        return {"value": None if value is None else float(value), "released": value is not None}
+
+
+class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
+    """Clean tables → one row {value: float | None, released: bool}: a per-person statistic.
+
+    Args:
+      mechanism: the planned core mechanism (smooth-sensitivity quantile, PTR quantile or mean,
+        or the PTR ladder); its guarantee is the release's.
+      reduction, value: the per-person reduction and the column it reads (None for ``count``).
+      release_key: the release secret; noise from ``release_key.rng(query, "value")``.
+      query: the query's name (the noise label).
+      sharding_key: the 32-byte key of the person shuffle (not noise).
+      num_shards: person shards, each held in memory by one worker.
+      noise: False only from tests: the exact statistic instead of a release.
+    """
+
+    def __init__(
+        self,
+        mechanism: PerPersonMechanism,
+        reduction: str,
+        value: str | None,
+        *,
+        release_key: ReleaseKey,
+        query: str,
+        sharding_key: bytes,
+        num_shards: int,
+        noise: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(mechanism, (SmoothQuantile, PTRQuantile, PTRMean, LadderPTR)):
+            raise TypeError(
+                "mechanism must be SmoothQuantile, PTRQuantile, PTRMean or LadderPTR, got "
+                f"{type(mechanism).__name__}"
+            )
+        self._per_person = PerPersonValues(reduction, value, sharding_key, num_shards)
+        self._release = _ReleaseValue(mechanism, release_key, query, noise)
+
+    def expand(self, clean: PCollection[Any]) -> PCollection[Any]:
+        out: PCollection[Any] = (
+            clean
+            | "PerPersonValues" >> self._per_person  # np.ndarray per shard: one value per person
+            | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())  # one array, all persons
+            | "Release" >> beam.Map(self._release)  # {value, released}
+        )
+        return out
+
+
+class _PersonsPerPartition:
+    """(shard, table) → [(key, distinct persons in this shard with a row in the partition)].
+
+    A shard holds all rows of its persons, so summing over shards gives exact person counts.
+    """
+
+    def __init__(self, by: Sequence[str]) -> None:
+        self._by = list(by)
+
+    def __call__(self, shard: int, table: pa.Table) -> list[tuple[PartitionKey, int]]:
+        del shard
+        if table.num_rows == 0:
+            return []
+        pairs = table.select([PERSON_COLUMN, *self._by]).group_by([PERSON_COLUMN, *self._by])
+        distinct = pairs.aggregate([])  # one row per (person, partition)
+        counts = distinct.group_by(self._by).aggregate([(PERSON_COLUMN, "count")])
+        keys = zip(*(counts.column(c).to_pylist() for c in self._by), strict=True)
+        n = counts.column(f"{PERSON_COLUMN}_count").to_pylist()
+        return [(tuple(k), int(c)) for k, c in zip(keys, n, strict=True)]
+
+
+class _ReleaseTop:
+    """{key: persons} → the output row {by..., released}; by columns null for ⊥."""
+
+    def __init__(
+        self,
+        mechanism: StableTopPartition,
+        by: Sequence[str],
+        release_key: ReleaseKey,
+        query: str,
+        noise: bool,
+    ) -> None:
+        self._mechanism, self._by = mechanism, tuple(by)
+        self._key, self._query, self._noise = release_key, query, noise
+
+    def __call__(self, counts: dict[PartitionKey, int]) -> dict[str, Any]:
+        top: Hashable | None
+        if self._noise:
+            top = self._mechanism.release(counts, self._key.rng(self._query, "value"))
+        else:
+            top = top_partition_distance(counts)[0]
+        key = (None,) * len(self._by) if top is None else cast(PartitionKey, top)
+        return {**dict(zip(self._by, key, strict=True)), "released": top is not None}
+
+
+class ReleaseTopPartition(beam.PTransform[Any, Any]):
+    """Clean tables → one row {by..., released}: the partition with the most persons, or ⊥.
+
+    Person counts need no contribution bound: one person moves each count by at most one, which
+    is all the stability argument uses (docs/local_sensitivity.md §9).
+
+    Args:
+      mechanism: the planned :class:`~transforms.mechanisms.stability.StableTopPartition`.
+      by: the partition columns (keys are tuples of their values).
+      release_key, query, sharding_key, num_shards, noise: as for
+        :class:`ReleasePerPersonStatistic`.
+    """
+
+    def __init__(
+        self,
+        mechanism: StableTopPartition,
+        by: Sequence[str],
+        *,
+        release_key: ReleaseKey,
+        query: str,
+        sharding_key: bytes,
+        num_shards: int,
+        noise: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(mechanism, StableTopPartition):
+            raise TypeError(f"mechanism must be StableTopPartition, got {type(mechanism).__name__}")
+        if not by:
+            raise ValueError("top partition needs at least one `by` column")
+        self._by = tuple(by)
+        self._shard = ShardByPerson(num_shards, sharding_key, person_hashes=False)
+        self._release = _ReleaseTop(mechanism, by, release_key, query, noise)
+
+    def expand(self, clean: PCollection[Any]) -> PCollection[Any]:
+        out: PCollection[Any] = (
+            clean
+            | "ShardByPerson" >> self._shard  # (shard, pa.Table): all rows of its persons
+            | "PersonsPerPartition" >> beam.FlatMapTuple(_PersonsPerPartition(self._by))
+            # (key, persons in one shard)
+            | "SumPerPartition" >> beam.CombinePerKey(sum)  # (key, persons)
+            | "GatherCounts" >> combiners.ToDict()  # {key: persons}, {} for no input
+            | "Release" >> beam.Map(self._release)  # {by..., released}
+        )
+        return out
