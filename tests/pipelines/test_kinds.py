@@ -88,4 +88,4 @@ def test_registered_kinds_plan_through_the_real_table(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "median_duration: share" in out and "top_domain: share" in out
     plan = plan_release(load_job(example))
-    assert [getattr(q, "method", None) for q in plan.queries][0] == "smooth_sensitivity"
+    assert getattr(plan.queries[0], "method", None) == "smooth_sensitivity"
