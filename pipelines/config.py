@@ -31,7 +31,7 @@ from .config_fields import (
     parse_partitions,
     parse_shares,
 )
-from .kinds import METRIC_KINDS, kind_for
+from .kinds import METRIC_KINDS, kind_for, option_kind
 from .kinds.base import QuerySection
 
 __all__ = [
@@ -368,6 +368,8 @@ def _parse_query(v: Validator, q: Any, i: int, budget: BudgetConfig) -> QueryCon
     metric = v.choice(q, f"{k}.metric", (*METRICS, *METRIC_KINDS))
     if metric in METRIC_KINDS:
         return kind_for(metric).parse(QuerySection(v, q, i, budget))
+    if metric in ("count", "sum") and "bound" in q:  # bound = "auto": a private clamp choice
+        return option_kind("auto_bound").parse(QuerySection(v, q, i, budget))
     v.keys(q, f"{k}.", QUERY_KEYS)
     by = parse_by(v, q, k)
     value = v.string(q, f"{k}.value", required=metric in ("sum", "mean"))

@@ -58,8 +58,8 @@ from transforms.params import (
 )
 
 from .config import ConfigError, JobConfig, QueryConfig
-from .kinds import METRIC_KINDS, kind_for
-from .kinds.base import KindPlan, PlanContext
+from .kinds import kind_of
+from .kinds.base import KindPlan, PlanContext, QueryKind
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -195,8 +195,8 @@ def plan_release(job: JobConfig) -> ReleasePlan:
     sel_deltas = _split_selection_delta(job, total)
     plans = tuple(
         _plan_query(job, i, q, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
-        if q.metric not in METRIC_KINDS
-        else kind_for(q.metric).plan(
+        if kind_of(q) is None
+        else _kind(q).plan(
             q, PlanContext(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
         )
         for i, q in enumerate(job.queries)
@@ -214,9 +214,14 @@ def plan_release(job: JobConfig) -> ReleasePlan:
 
 def spends_delta(q: QueryConfig) -> bool:
     """Does the query spend δ under a zCDP total (private selection, an (ε, δ) mechanism)?"""
-    if q.metric in METRIC_KINDS:
-        return kind_for(q.metric).needs_delta(q)
-    return q.private_partitions
+    kind = kind_of(q)
+    return kind.needs_delta(q) if kind is not None else q.private_partitions
+
+
+def _kind(q: QueryConfig) -> QueryKind:
+    kind = kind_of(q)
+    assert kind is not None
+    return kind
 
 
 def _explicit_share(q: QueryConfig, total: Budget) -> Budget | None:

@@ -11,9 +11,12 @@ stays fast and a kind's dependencies (scipy, for instance) load only where neede
 from __future__ import annotations
 
 import importlib
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .base import QueryKind
+
+if TYPE_CHECKING:
+    from ..config import QueryConfig
 
 # metric → module defining KIND. The bounded aggregates are not here (see the docstring).
 METRIC_KINDS: dict[str, str] = {
@@ -28,7 +31,27 @@ METRIC_KINDS: dict[str, str] = {
 }
 
 
+# Kinds chosen by a key of a bounded-aggregate metric rather than by the metric itself:
+# ``count``/``sum`` with ``bound = "auto"`` choose their clamp privately (issue 5). Such a kind's
+# parse stores ``options["kind"]`` so planning and building find it again.
+OPTION_KINDS: dict[str, str] = {"auto_bound": "pipelines.kinds.auto_bound"}
+
+
 def kind_for(metric: str) -> QueryKind:
     """The kind that handles ``metric`` (a KeyError for the bounded aggregates or unknowns)."""
     module = importlib.import_module(METRIC_KINDS[metric])
     return cast(QueryKind, module.KIND)
+
+
+def option_kind(name: str) -> QueryKind:
+    """The kind registered in :data:`OPTION_KINDS` under ``name``."""
+    module = importlib.import_module(OPTION_KINDS[name])
+    return cast(QueryKind, module.KIND)
+
+
+def kind_of(query: QueryConfig) -> QueryKind | None:
+    """The kind that plans and builds ``query``; None for a bounded aggregate."""
+    if query.metric in METRIC_KINDS:
+        return kind_for(query.metric)
+    name = query.options.get("kind")
+    return option_kind(str(name)) if name is not None else None
