@@ -22,6 +22,18 @@ splitmix64 finaliser) is not used as privacy noise: any deterministic rule of th
 would keep the neighbouring relation; the key only stops an outsider from predicting which rows
 are dropped.
 
+Each person is hashed once per release: :class:`transforms.aggregate.ShardByPerson` computes
+h = BLAKE2b-64(bounding key, "person" ‖ id), the very hash the ranking above starts from
+(:func:`person_rank_hashes`), once per distinct person when it shards the rows, sends the person
+to shard splitmix64(h ⊕ salt) mod S (:func:`rank_hash_shards`) and hands h on with the rows
+(:data:`PERSON_HASH_COLUMN`; a fingerprint of the key in the schema metadata). Here h is read from
+that column instead of being computed again; a table without it, or made with another key, is
+hashed here, with the same result. This keeps the privacy argument: h is still a function of the
+person id and the key alone, so what a person keeps is still a function of the person's own rows;
+the shard, now derived from h, only decides which whole persons are bounded in the same call,
+which never changes what any of them keeps. (Reusing h, rather than a new digest split in two,
+also keeps every released value identical to the rule before this change.)
+
 Fixed point: a kept value v contributes round(v/2^q) to ``sum_q`` and round((v − mid)/2^q) to
 ``centred_sum_q`` (q = ``BoundingParams.quantum``, mid = (lower + upper)/2, ties to even), each
 clipped so that |contribution|·2^q never exceeds max(|lower|, |upper|), resp. (upper − lower)/2:
@@ -33,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -45,6 +57,8 @@ import pyarrow.compute as pc
 from .params import BoundingParams
 
 PERSON_COLUMN = "__person__"
+PERSON_HASH_COLUMN = "__person_hash__"  # per row: its person's ranking hash (see the docstring)
+PERSON_HASH_KEY = b"userdp.person_hash_key"  # schema metadata: fingerprint of the hash's key
 BOUNDING_KEY_BYTES = 32
 
 PartitionKey = tuple[Any, ...]
@@ -52,6 +66,7 @@ U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 _SPLIT_BITS = 20  # fixed-point values (|x| ≤ 2^41) are summed as two halves of ≤ 21 bits each
+_SHARD_SALT = np.uint64(0x5348415244)  # shard = splitmix64(h ⊕ salt) mod S: not h's own bits
 
 
 class PartitionStats(NamedTuple):
@@ -115,16 +130,32 @@ def _value_bytes(v: object) -> bytes:
     return b"o" + type(v).__qualname__.encode() + b":" + repr(v).encode("utf-8")
 
 
-def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes) -> U64:
-    """BLAKE2b-64 keyed with ``key`` of tag ‖ value, for each distinct value."""
+def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes, arrow_type: Any = None) -> U64:
+    """BLAKE2b-64 keyed with ``key`` of tag ‖ value bytes (:func:`_value_bytes`), per value.
+
+    ``arrow_type``, when given, is the type of the Arrow column the values came from: for string
+    and integer columns every value has the same type tag, so the loop skips the per-value dispatch
+    (same bytes hashed, same hashes; this loop is the costliest step of sharding).
+    """
     base = hashlib.blake2b(key=key, digest_size=8)
     base.update(tag + b"\x00")
-    digests = bytearray()
+    as_bytes: Callable[[Any], bytes] = _value_bytes
+    if arrow_type is not None and pa.types.is_string(arrow_type):
+        base.update(b"s")
+        as_bytes = str.encode
+    elif arrow_type is not None and pa.types.is_integer(arrow_type):
+        base.update(b"i")
+        as_bytes = _int_bytes
+    copy, digests = base.copy, bytearray()
     for v in values:
-        h = base.copy()
-        h.update(_value_bytes(v))
+        h = copy()
+        h.update(as_bytes(v))
         digests += h.digest()
     return np.frombuffer(bytes(digests), dtype="<u8").astype(np.uint64)
+
+
+def _int_bytes(v: int) -> bytes:
+    return str(v).encode("ascii")
 
 
 def _as_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -133,6 +164,11 @@ def _as_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
             return column.chunk(0)
         return pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
     return column
+
+
+def _indices(encoded: pa.DictionaryArray) -> I64:
+    out: I64 = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return out
 
 
 class _EncodedColumn(NamedTuple):
@@ -148,16 +184,52 @@ def _encode_column(column: pa.ChunkedArray | pa.Array, key: bytes, tag: bytes) -
     order = pc.sort_indices(dictionary).to_numpy()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
-    codes = rank[encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+    codes = rank[_indices(encoded)]
     values = dictionary.take(pa.array(order)).to_pylist()
-    return _EncodedColumn(codes, _keyed_hashes(values, key, tag), values)
+    return _EncodedColumn(codes, _keyed_hashes(values, key, tag, dictionary.type), values)
+
+
+def _hash_per_value(column: pa.ChunkedArray | pa.Array, key: bytes, tag: bytes) -> tuple[I64, U64]:
+    """(per row: index of its value, per distinct value: keyed hash); indices in any order."""
+    encoded = pc.dictionary_encode(_as_array(column))
+    dictionary = encoded.dictionary
+    return _indices(encoded), _keyed_hashes(dictionary.to_pylist(), key, tag, dictionary.type)
 
 
 def person_shards(persons: pa.ChunkedArray | pa.Array, num_shards: int, key: bytes) -> I64:
     """Per row, the person's shard: keyed hash of the person id mod ``num_shards``."""
-    enc = _encode_column(persons, key, b"shard")
-    shard_of_value = (enc.hashes % np.uint64(num_shards)).astype(np.int64)
-    out: I64 = shard_of_value[enc.codes]
+    codes, hashes = _hash_per_value(persons, key, b"shard")
+    shard_of_value = (hashes % np.uint64(num_shards)).astype(np.int64)
+    out: I64 = shard_of_value[codes]
+    return out
+
+
+def person_rank_hashes(ids: pa.Array, key: bytes) -> U64:
+    """Per value of ``ids`` (distinct person ids), its ranking hash h (module docstring).
+
+    The same h that :func:`bound_and_aggregate` computes for a table without
+    :data:`PERSON_HASH_COLUMN`: BLAKE2b-64 keyed with ``key`` of "person" ‖ the id's bytes.
+    """
+    return _keyed_hashes(ids.to_pylist(), key, b"person", ids.type)
+
+
+def rank_hash_shards(hashes: U64, num_shards: int) -> I64:
+    """Per ranking hash h, its person's shard: splitmix64(h ⊕ salt) mod ``num_shards``."""
+    out: I64 = (splitmix64(hashes ^ _SHARD_SALT) % np.uint64(num_shards)).astype(np.int64)
+    return out
+
+
+def person_hash_fingerprint(key: bytes) -> bytes:
+    """Names the key a :data:`PERSON_HASH_COLUMN` was made with (schema metadata), not the key."""
+    return hashlib.blake2b(b"person hash column", key=key, digest_size=16).hexdigest().encode()
+
+
+def _carried_person_hashes(table: pa.Table, key: bytes) -> U64 | None:
+    """The per-row person hashes carried by ``table`` if they were made with ``key``, else None."""
+    fingerprint = (table.schema.metadata or {}).get(PERSON_HASH_KEY)
+    if PERSON_HASH_COLUMN not in table.column_names or fingerprint != person_hash_fingerprint(key):
+        return None
+    out: U64 = _as_array(table.column(PERSON_HASH_COLUMN)).to_numpy(zero_copy_only=False)
     return out
 
 
@@ -190,28 +262,71 @@ def _rank_within_groups(group: I64, h: U64, tie: npt.NDArray[Any]) -> I64:
     return rank
 
 
+class _Persons(NamedTuple):
+    code: I64  # per row: person code (any numbering: only equality matters)
+    hashes: U64  # per code: the person's ranking hash
+
+
+def _persons(table: pa.Table, key: bytes) -> _Persons:
+    carried = _carried_person_hashes(table, key)
+    if carried is None:
+        return _Persons(*_hash_per_value(table.column(PERSON_COLUMN), key, b"person"))
+    encoded = pc.dictionary_encode(_as_array(table.column(PERSON_COLUMN)))
+    code = _indices(encoded)
+    hashes = np.empty(len(encoded.dictionary), dtype=np.uint64)
+    hashes[code] = carried  # equal for all rows of a person (one hash per person id)
+    return _Persons(code, hashes)
+
+
 class _Partitions(NamedTuple):
     code: I64  # per row: partition code (sorted by key tuple)
     keys: list[PartitionKey]  # per code
-    hashes: U64  # per row: keyed hash of the partition key
+    hashes: U64  # per code: keyed hash of the partition key
 
 
 def _partitions(table: pa.Table, by: tuple[str, ...], key: bytes) -> _Partitions:
     n = table.num_rows
     if not by:
-        return _Partitions(np.zeros(n, np.int64), [()], np.zeros(n, np.uint64))
+        return _Partitions(np.zeros(n, np.int64), [()], np.zeros(1, np.uint64))
     columns = [_encode_column(table.column(c), key, b"by:" + c.encode()) for c in by]
+    if len(columns) == 1:  # the codes are already dense ranks of the sorted distinct values
+        only = columns[0]
+        return _Partitions(only.codes, [(v,) for v in only.values], only.hashes)
     code = columns[0].codes
-    h = columns[0].hashes[code]
     first = np.zeros(0, dtype=np.int64)
     for j, col in enumerate(columns):
         if j:
             code = code * len(col.values) + col.codes  # < n², lexicographic in the columns
-            h = _mix(h, col.hashes[col.codes])
         _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
         code = inverse.astype(np.int64).reshape(-1)
+    h = columns[0].hashes[columns[0].codes[first]]
+    for col in columns[1:]:
+        h = _mix(h, col.hashes[col.codes[first]])
     keys = [tuple(col.values[col.codes[r]] for col in columns) for r in first.tolist()]
     return _Partitions(code, keys, h)
+
+
+class _Pairs(NamedTuple):
+    code: I64  # per (person, partition) pair, ascending: person code · P + partition code
+    rows: I64  # per pair: its number of rows
+    of_row: I64 | None  # per row: the index of its pair (only when asked for)
+
+
+def _pairs(pair_code: I64, size: int, of_row: bool) -> _Pairs:
+    """The distinct codes in ``pair_code`` (all < ``size``) with their counts, sorted."""
+    if size <= 4 * len(pair_code) + 1024:  # few possible codes: count them, no sort
+        counts = np.bincount(pair_code, minlength=size)
+        present = np.flatnonzero(counts)
+        if not of_row:
+            return _Pairs(present, counts[present], None)
+        index = np.zeros(size, dtype=np.int64)
+        index[present] = np.arange(len(present), dtype=np.int64)
+        return _Pairs(present, counts[present], index[pair_code])
+    if not of_row:
+        codes, counts = np.unique(pair_code, return_counts=True)
+        return _Pairs(codes, counts, None)
+    codes, inverse, counts = np.unique(pair_code, return_inverse=True, return_counts=True)
+    return _Pairs(codes, counts, inverse.astype(np.int64).reshape(-1))
 
 
 def _fixed_point(v: npt.NDArray[np.float64], q: int, limit: Fraction, offset: float = 0.0) -> I64:
@@ -254,18 +369,14 @@ def bound_and_aggregate(
     if n == 0:
         return {}
     L, C = params.max_partitions_per_person, params.max_rows_per_partition
-    persons = _encode_column(table.column(PERSON_COLUMN), key, b"person")
+    persons = _persons(table, key)
     parts = _partitions(table, params.by, key)
     P = len(parts.keys)
 
     # (person, partition) pairs, sorted by person then partition code.
-    pair_code = persons.codes * P + parts.code
-    pairs, first, pair_of_row, pair_rows = np.unique(
-        pair_code, return_index=True, return_inverse=True, return_counts=True
-    )
-    pair_of_row = pair_of_row.reshape(-1)
-    pair_person, pair_part = pairs // P, pairs % P
-    pair_hash = _mix(persons.hashes[persons.codes[first]], parts.hashes[first])
+    pairs = _pairs(persons.code * P + parts.code, len(persons.hashes) * P, params.value is not None)
+    pair_person, pair_part, pair_rows = pairs.code // P, pairs.code % P, pairs.rows
+    pair_hash = _mix(persons.hashes[pair_person], parts.hashes[pair_part])
     kept_pair = _rank_within_groups(pair_person, pair_hash, pair_part) < L
 
     kept_part = pair_part[kept_pair]
@@ -276,6 +387,8 @@ def bound_and_aggregate(
         )
         sums = centred = [0] * P
     else:
+        assert pairs.of_row is not None  # asked for when there is a value column
+        pair_of_row = pairs.of_row
         # Rows of kept pairs, clamped (+0.0 turns −0.0 into 0.0: interchangeable rows hash alike).
         idx = np.flatnonzero(kept_pair[pair_of_row])
         values = _as_array(table.column(params.value)).to_numpy(zero_copy_only=False)

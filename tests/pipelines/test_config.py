@@ -133,8 +133,8 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(output={"path": "r/", "format": "xml"}), r"output\.format = 'xml'"),
         (job(queries=[]), r"queries = \[\]: expected one or more"),
         (
-            query(1, metric="median"),
-            r"queries\[1\]\.metric = 'median': expected one of count, pers",
+            query(1, metric="mode"),
+            r"queries\[1\]\.metric = 'mode': expected one of count, pers",
         ),
         (query(0, name="a/b"), r"queries\[0\]\.name = 'a/b'"),
         (query(0, name="manifest"), r"queries\[0\]\.name = 'manifest'"),
