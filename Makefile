@@ -16,7 +16,7 @@ help:
 	@echo "make test      - set up (if needed) and run the default test suite"
 	@echo "make audit     - privacy audits with 10^6 samples per side (slow)"
 	@echo "make check     - ruff lint + format check + mypy"
-	@echo "make bench     - sampler throughput benchmark"
+	@echo "make bench     - every benchmark: samplers, throughput, multi-core, accuracy (slow)"
 	@echo "make demo      - set up (if needed) and run the demo release"
 
 $(STAMP): pyproject.toml
@@ -46,6 +46,11 @@ check: lint typecheck
 
 bench: $(STAMP)
 	$(PY) benchmarks/samplers.py
+	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/multicore.py
+	$(PY) benchmarks/shifted_inverse.py
+	$(PY) benchmarks/local_sensitivity.py
+	$(PY) benchmarks/sample_aggregate.py
 
 demo: $(STAMP)
 	$(USERDP) demo
