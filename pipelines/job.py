@@ -135,7 +135,10 @@ def _write_query_output(
     data: not on which partitions survived selection, nor on whether a value is missing (⊥).
     """
     names = by.names
-    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in names)))
+    # sorted by partition key, then by the released columns (kinds with several rows and no
+    # partition key, e.g. one row per coordinate), so the bytes never depend on element order
+    order = [*names, *(c for c, _ in columns)]
+    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in order)))
     fields = [*by, *(pa.field(c, _ARROW_TYPES[t]) for c, t in columns)]
     schema = pa.schema(fields)
     table = pa.table({f.name: pa.array([r[f.name] for r in rows], f.type) for f in fields}, schema)

@@ -28,9 +28,7 @@ The function is trusted operator code: its own prints, logs or side effects are 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -46,12 +44,14 @@ from .mechanisms.additive import LaplaceMechanism
 from .mechanisms.rng import ReleaseKey
 from .mechanisms.sample_aggregate import (
     Answer,
+    ChunkFunction,
     SampleAggregateParams,
+    check_input_kind,
     default_chunks,
+    resolve_function,
     sanitize_answer,
 )
 
-ChunkFunction = Callable[[Any], object]
 NOISE_LABEL = "sample_aggregate"
 
 
@@ -66,37 +66,6 @@ def chunk_key(release_key: ReleaseKey, name: str) -> bytes:
 def chunk_ids(persons: pa.ChunkedArray | pa.Array, chunks: int, key: bytes) -> np.ndarray:
     """Per row, its person's chunk in [0, chunks): keyed hash of the person id mod k."""
     return person_shards(persons, chunks, key)
-
-
-def resolve_function(path: str) -> ChunkFunction:
-    """``"package.module:function"`` (or ``module:Class.method``) → the callable."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"function must be 'module:function', got {path!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(
-            f"function {path!r}: cannot import module {module_name!r} ({err}); it must be "
-            "importable on the launcher and on every worker"
-        ) from err
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"function {path!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"function {path!r} is a {type(obj).__name__}, not a callable")
-    fn: ChunkFunction = obj
-    return fn
-
-
-def check_input_kind(input_kind: str) -> None:
-    """``"pandas"`` needs pandas installed (userdp itself does not depend on it)."""
-    if input_kind == "pandas" and importlib.util.find_spec("pandas") is None:
-        raise ValueError(
-            "input_kind 'pandas' needs pandas, which is not installed; install pandas or let "
-            "the function take the chunk as a pyarrow Table (input_kind 'arrow')"
-        )
 
 
 def canonical_chunk(tables: Iterable[pa.Table]) -> pa.Table | None:

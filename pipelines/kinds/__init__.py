@@ -28,6 +28,8 @@ METRIC_KINDS: dict[str, str] = {
     "ptr_median": "pipelines.kinds.local_sensitivity",
     "top_partition": "pipelines.kinds.local_sensitivity",
     "trimmed_mean": "pipelines.kinds.local_sensitivity",  # refused with the reason (docs §11)
+    # any Python function on person-partitioned chunks (issue 7)
+    "sample_aggregate": "pipelines.kinds.sample_aggregate",
 }
 
 

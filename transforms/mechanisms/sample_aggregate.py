@@ -28,11 +28,13 @@ This module is pure (no Beam); all noise comes from :class:`~.rng.KeyedRng` stre
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
 import numbers
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -51,6 +53,7 @@ AGGREGATORS: tuple[str, ...] = ("mean", "median")
 InputKind = Literal["arrow", "pandas"]
 INPUT_KINDS: tuple[str, ...] = ("arrow", "pandas")
 Answer = tuple[float, ...]
+ChunkFunction = Callable[[Any], object]
 
 MIN_CHUNKS = 10
 """The default rule never uses fewer chunks (fewer makes the noise (u − l)/(kε) useless)."""
@@ -93,6 +96,49 @@ def default_answer(bounds: Sequence[tuple[float, float]]) -> Answer:
     A constant: it depends on no data, so the answer on a chunk stays a function of that chunk.
     """
     return tuple(lo / 2 + hi / 2 for lo, hi in bounds)
+
+
+def check_function_path(path: object) -> str:
+    """``path`` if it is a well-formed import path ``"module:function"`` (no import is tried)."""
+    if not isinstance(path, str) or not _FUNCTION_PATH.match(path):
+        raise ValueError(
+            f"function must be an import path 'module:function', got {path!r}; "
+            "e.g. 'pipelines.example_functions:session_duration_p90'"
+        )
+    return path
+
+
+def resolve_function(path: str) -> ChunkFunction:
+    """``"package.module:function"`` (or ``module:Class.method``) → the callable.
+
+    Imports the module (the launcher checks this when planning, the workers when they start), so
+    a module that fails to import — for any reason — is a ValueError naming the path.
+    """
+    module_name, _, attr = check_function_path(path).partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as err:  # ImportError, or anything the module raises while importing
+        raise ValueError(
+            f"function {path!r}: cannot import module {module_name!r} ({err!r}); it must be "
+            "importable on the launcher and on every worker"
+        ) from err
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"function {path!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"function {path!r} is a {type(obj).__name__}, not a callable")
+    fn: ChunkFunction = obj
+    return fn
+
+
+def check_input_kind(input_kind: str) -> None:
+    """``"pandas"`` needs pandas installed (userdp itself does not depend on it)."""
+    if input_kind == "pandas" and importlib.util.find_spec("pandas") is None:
+        raise ValueError(
+            "input_kind 'pandas' needs pandas, which is not installed; install pandas or let "
+            "the function take the chunk as a pyarrow Table (input_kind 'arrow')"
+        )
 
 
 def _real_scalar(x: object) -> float | None:
@@ -401,11 +447,7 @@ class SampleAggregateParams:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.function, str) or not _FUNCTION_PATH.match(self.function):
-            raise ValueError(
-                f"function must be an import path 'module:function', got {self.function!r}; "
-                "e.g. 'pipelines.example_functions:session_duration_p90'"
-            )
+        check_function_path(self.function)
         if self.aggregator not in AGGREGATORS:
             raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {self.aggregator!r}")
         if self.input_kind not in INPUT_KINDS:

@@ -1,0 +1,375 @@
+"""The ``sample_aggregate`` query kind: any Python function on person chunks, privately aggregated.
+
+Keys of a ``metric = "sample_aggregate"`` query (``docs/sample_aggregate.md`` §9):
+
+* ``function`` — ``"module:function"``. Its syntax is checked when the job file is read; the import
+  (module, attribute, callable) when the release is planned, so ``userdp plan`` reports a path that
+  does not resolve as a ConfigError naming ``queries[i].function``.
+* ``columns`` (required, may be empty) — numeric columns the function reads: float64 in its table;
+  ``key_columns`` (optional) — string, integer or bool columns it reads as they are (``domain``).
+  The function's chunk table holds exactly ``__person__``, the ``columns``, then the
+  ``key_columns``: never another query's columns.
+* ``range`` — ``[lower, upper]``, or one ``[lower, upper]`` pair per coordinate of a vector answer
+  (the dimension is the number of pairs). Answers are clipped to it; a failing or empty chunk
+  answers its midpoint.
+* ``chunks`` — k ≥ 2, or ``"auto"`` (default): k = clamp(⌊√n̂⌋, 10, 10^4) from a private person
+  count. ``aggregator`` — ``"mean"`` (default, clipped mean + Laplace) or ``"median"``
+  (exponential mechanism). ``input`` — ``"arrow"`` (default, a ``pa.Table``) or ``"pandas"``.
+* ``epsilon`` / ``rho``: the query's share, as for every query. No ``delta`` (the mechanism is
+  pure ε-DP) and no ``by`` (one answer, per coordinate, over all persons).
+
+Budget: the share becomes one pure ε, E — the share's ε under an ε or (ε, δ) total (ε-DP counts as
+(ε, 0)-DP: a δ share is left unspent), the largest float E with E²/2 ≤ ρ under a ρ total (ε-DP is
+ε²/2-zCDP, Bun & Steinke 2016, Prop. 1.4). A fixed k gives the aggregator all of E (rounded down
+to a float). With ``chunks = "auto"`` the person count gets E/10 and the aggregator the rest
+(both rounded down): k ≈ √n̂ barely moves with the count's Laplace(10/E) noise, while the
+aggregate's noise grows like 1/ε, so 9/10 of E costs it only 11 % more noise.
+
+Guarantee: pure (ε + ε_count)-DP ≤ E for adding or removing all rows of one person —
+:class:`~transforms.mechanisms.sample_aggregate.SampleAggregateParams` (proofs:
+``docs/sample_aggregate.md``). Output: one row per coordinate with ``coordinate``, ``value``,
+``stddev`` (the Laplace noise's; null for the median) and ``chunks`` (k: public, or private when
+chosen from the count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from transforms.bounding import PERSON_COLUMN
+from transforms.mechanisms.accounting import ZCDP, ApproxDP, Budget, PureDP, float_down
+from transforms.mechanisms.sample_aggregate import (
+    AGGREGATORS,
+    CHUNKS_LIMIT,
+    INPUT_KINDS,
+    MAX_CHUNKS,
+    MAX_DIMENSION,
+    MIN_CHUNKS,
+    ClippedMean,
+    SampleAggregateParams,
+    check_function_path,
+    check_input_kind,
+    resolve_function,
+)
+
+from ..config import ConfigError, QueryConfig
+from ..config_fields import MISSING, is_num, parse_shares, shown
+from .base import BuildContext, KindPlan, PlanContext, QuerySection
+from .local_sensitivity_plan import counted_as, epsilon_within_rho
+
+if TYPE_CHECKING:
+    from apache_beam.pvalue import PCollection
+
+METRIC = "sample_aggregate"
+NEIGHBOURS = "add/remove one person"
+COUNT_FRACTION = Fraction(1, 10)
+"""With ``chunks = "auto"``: the person count's part of the query's ε (module docstring)."""
+OUTPUT_COLUMNS = (
+    ("coordinate", "int64"),
+    ("value", "float64"),
+    ("stddev", "float64"),
+    ("chunks", "int64"),
+)
+LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
+_KEYS = ("name", "metric", "function", "columns", "key_columns", "range", "chunks", "aggregator")
+_ALLOWED = (*_KEYS, "input", "epsilon", "rho")
+_RANGE = (
+    "[lower, upper] or a list of [lower, upper] pairs (one per coordinate), finite numbers "
+    "with lower < upper",
+    "the function's answer on a chunk is clipped to it and a failing chunk answers its midpoint; "
+    "choose it without looking at the data",
+)
+_CHUNKS = (
+    f'an integer in [2, {CHUNKS_LIMIT}] or "auto"',
+    "k, the number of person chunks: more chunks, less noise, fewer persons per chunk",
+)
+_COLUMNS = (
+    "a list of distinct column names (other than __person__)",
+    'e.g. columns = ["timestamp", "duration_s"]; the function\'s chunk holds __person__ and '
+    "only the listed columns",
+)
+
+
+def _pair(raw: object) -> tuple[float, float] | None:
+    """``[lower, upper]`` as finite floats with lower < upper, else None."""
+    if not (isinstance(raw, list) and len(raw) == 2 and all(is_num(x) for x in raw)):
+        return None
+    try:
+        lo, hi = float(raw[0]), float(raw[1])
+    except OverflowError:
+        return None
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and lo < hi else None
+
+
+def _parse_range(s: QuerySection) -> tuple[tuple[float, float], ...]:
+    raw = s.get("range")
+    flat = isinstance(raw, list) and len(raw) == 2 and all(is_num(x) for x in raw)
+    pairs = [raw] if flat else raw
+    if not isinstance(pairs, list) or not 1 <= len(pairs) <= MAX_DIMENSION:
+        s.fail("range", shown(raw), *_RANGE)
+    out = [_pair(p) for p in pairs]
+    if any(p is None for p in out):
+        s.fail("range", shown(raw), *_RANGE)
+    return tuple(p for p in out if p is not None)
+
+
+def _parse_chunks(s: QuerySection) -> int | None:
+    raw = s.get("chunks")
+    if raw is MISSING or raw == "auto":
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 2 <= raw <= CHUNKS_LIMIT:
+        s.fail("chunks", raw, *_CHUNKS)
+    return int(raw)
+
+
+def _parse_columns(s: QuerySection, key: str, *, required: bool) -> tuple[str, ...]:
+    raw = s.get(key)
+    if raw is MISSING and not required:
+        return ()
+    ok = isinstance(raw, list) and all(isinstance(c, str) and c for c in raw)
+    if not ok or len(set(raw)) != len(raw) or PERSON_COLUMN in raw:
+        s.fail(key, raw, *_COLUMNS)
+    return tuple(raw)
+
+
+def _share_epsilon(share: Budget) -> Fraction:
+    """E: the pure ε this query may spend (module docstring)."""
+    if isinstance(share, ZCDP):
+        return Fraction(epsilon_within_rho(share.rho))
+    return share.epsilon
+
+
+def select_columns(table: pa.Table, names: tuple[str, ...]) -> pa.Table:
+    """The function's view of a clean table: ``__person__`` and the query's own columns."""
+    return table.select(list(names))
+
+
+def _ranges_text(bounds: tuple[tuple[float, float], ...]) -> str:
+    shown_ = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in bounds[:4])
+    return shown_ + (f", … ({len(bounds)} coordinates)" if len(bounds) > 4 else "")
+
+
+@dataclass(frozen=True)
+class SampleAggregatePlan:
+    """A planned sample-and-aggregate query: the core's params, and what is reported."""
+
+    name: str
+    share: Budget
+    params: SampleAggregateParams
+    columns: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    metric: str = METRIC
+    by: tuple[str, ...] = ()
+    output_columns: tuple[tuple[str, str], ...] = OUTPUT_COLUMNS
+
+    @property
+    def guarantee(self) -> PureDP:
+        return self.params.guarantee()
+
+    @property
+    def chunk_columns(self) -> tuple[str, ...]:
+        """The columns of the function's chunk table, in order."""
+        return (PERSON_COLUMN, *self.columns, *self.key_columns)
+
+    def to_manifest(self) -> dict[str, Any]:
+        p = self.params
+        return {
+            "name": self.name,
+            **p.to_manifest(),  # metric, function, chunks, range, aggregator, noise, epsilons
+            "columns": list(self.columns),
+            "key_columns": list(self.key_columns),
+            "chunk_table": list(self.chunk_columns),
+            "share": self.share.to_manifest(),
+            "budget_split": "fixed chunks: the aggregator gets the share's ε; chunks = auto: the "
+            "person count gets 1/10 of it, the aggregator the rest (floats rounded down)",
+            "guarantee": {**self.guarantee.to_manifest(), "neighbouring": NEIGHBOURS},
+            "counted_as": counted_as(self.share, self.guarantee, Fraction(0)),
+            "failing_chunks": "a chunk whose function raises or returns NaN, ±inf, a non-number "
+            "or the wrong shape, and a chunk with no person, answer default_answer",
+            "output": "one row per coordinate: coordinate, value, stddev (null for the median), "
+            "chunks (k)",
+        }
+
+    def plan_lines(self) -> list[str]:
+        p = self.params
+        cols = ", ".join(self.chunk_columns)
+        table = "pandas DataFrame" if p.input_kind == "pandas" else "Arrow table"
+        k = "k" if p.chunks is None else f"k = {p.chunks}"
+        lines = [
+            f"sample-and-aggregate of {p.function} on {k} person chunks (keyed hash of the "
+            "person id)"
+        ]
+        if p.chunks is None:
+            lines.append(
+                f"k = clamp(⌊√n̂⌋, {MIN_CHUNKS}, {MAX_CHUNKS}), n̂ = persons + Laplace(1/ε_count), "
+                f"ε_count = {p.count_epsilon:.4g}"
+            )
+        lines += [
+            f"chunk: {table} of {cols}; failing or empty chunk → {list(p.default)} (midpoints)",
+            self._aggregate_line(),
+        ]
+        return [*lines, *self._accuracy_warning(), self._guarantee_line()]
+
+    def _aggregate_line(self) -> str:
+        p = self.params
+        ranges = _ranges_text(p.bounds)
+        if p.aggregator == "median":
+            return (
+                f"aggregate: DP median of the answers in {ranges}, exponential mechanism on "
+                f"{p.median_grid + 1} grid points, rank score (sensitivity 1), ε = {p.epsilon:.4g}"
+            )
+        head = f"aggregate: mean of the answers clipped to {ranges} + Laplace"
+        if p.chunks is None:
+            lo = ClippedMean(p.bounds, MIN_CHUNKS, p.epsilon).mechanism.scale
+            return (
+                f"{head}(Σ(u − l)/(k·ε)), ε = {p.epsilon:.4g}: scale {lo:.4g} at k = "
+                f"{MIN_CHUNKS}, ×{MIN_CHUNKS}/k for larger k"
+            )
+        m = ClippedMean(p.bounds, p.chunks, p.epsilon).mechanism
+        return (
+            f"{head} scale {m.scale:.4g} (ε = {p.epsilon:.4g}), stddev {m.std:.4g}, "
+            f"95% error ±{m.scale * LN20:.4g}"
+        )
+
+    def _accuracy_warning(self) -> list[str]:
+        """The median needs k well above 4·d·ln(G)/ε (docs/sample_aggregate.md §4)."""
+        p = self.params
+        need = 4 * p.dimension * math.log(p.median_grid) / p.epsilon
+        if p.aggregator != "median" or (p.chunks is not None and p.chunks >= need):
+            return []
+        k = f"k = {p.chunks} is" if p.chunks is not None else "k may be"
+        return [
+            f"warning: the median needs k well above 4·d·ln(G)/ε = {need:.0f}; {k} below, where "
+            "the release is close to uniform on the range"
+        ]
+
+    def _guarantee_line(self) -> str:
+        g = self.guarantee
+        line = f"guarantee: {g} for {NEIGHBOURS}"
+        if isinstance(self.share, ZCDP):
+            line += f"; counted as ρ = ε²/2 = {float(g.epsilon**2 / 2):.6g} ≤ share"
+        elif isinstance(self.share, ApproxDP):
+            line += "; counted as (ε, 0): no δ spent"
+        return line
+
+
+class SampleAggregateKind:
+    """``sample_aggregate``: parse, plan (budget → params), expand (chunks → release)."""
+
+    metrics = (METRIC,)
+
+    def parse(self, s: QuerySection) -> QueryConfig:
+        if s.has("by"):
+            s.fail(
+                "by",
+                s.get("by"),
+                "no `by`: sample-and-aggregate releases one answer over all persons",
+                "remove `by`; a function can read key columns itself (key_columns)",
+            )
+        if s.has("delta"):
+            s.fail(
+                "delta",
+                s.get("delta"),
+                "no delta share: sample-and-aggregate is pure ε-DP",
+                "remove delta; state only epsilon to leave the total's δ to other queries",
+            )
+        s.allow_keys(_ALLOWED)
+        function = s.string("function")
+        try:
+            check_function_path(function)
+        except ValueError:
+            hint = 'e.g. "pipelines.example_functions:visit_duration_p90"; imported when planned'
+            s.fail("function", function, "an import path 'module:function'", hint)
+        columns = _parse_columns(s, "columns", required=True)
+        key_columns = _parse_columns(s, "key_columns", required=False)
+        if both := sorted(set(columns) & set(key_columns)):
+            hint = f"{both} in both: a column is read either as a number or as it is"
+            s.fail("key_columns", list(key_columns), "columns not also in `columns`", hint)
+        eps, _, rho = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
+        options = {
+            "function": function,
+            "columns": columns,
+            "key_columns": key_columns,
+            "range": _parse_range(s),
+            "chunks": _parse_chunks(s),
+            "aggregator": s.choice("aggregator", AGGREGATORS, default="mean"),
+            "input": s.choice("input", INPUT_KINDS, default="arrow"),
+        }
+        return QueryConfig(s.string("name"), METRIC, epsilon=eps, rho=rho, options=options)
+
+    def needs_delta(self, query: QueryConfig) -> bool:
+        return False  # pure ε-DP
+
+    def required_columns(self, query: QueryConfig) -> dict[str, str]:
+        o = query.options
+        return {**dict.fromkeys(o["columns"], "number"), **dict.fromkeys(o["key_columns"], "key")}
+
+    def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan:
+        o, key, source = query.options, f"queries[{ctx.index}]", ctx.job.source
+        try:
+            resolve_function(o["function"])  # imports the module, on the launcher
+        except ValueError as e:
+            allowed = "an importable callable 'module:function'"
+            raise ConfigError(f"{key}.function", o["function"], allowed, str(e), source) from e
+        try:
+            check_input_kind(o["input"])
+        except ValueError as e:
+            raise ConfigError(f"{key}.input", o["input"], "arrow", str(e), source) from e
+        person = ctx.job.input.person
+        for name in ("columns", "key_columns"):
+            if person in o[name]:
+                raise ConfigError(
+                    f"{key}.{name}",
+                    list(o[name]),
+                    f"columns other than the person column {person!r}",
+                    f"the chunk holds the person id already, as {PERSON_COLUMN!r} (a string)",
+                    source,
+                )
+        total = _share_epsilon(ctx.share)
+        count = float_down(total * COUNT_FRACTION) if o["chunks"] is None else None
+        epsilon = float_down(total - Fraction(count or 0))
+        try:
+            params = SampleAggregateParams(
+                query.name,
+                o["function"],
+                o["range"],
+                epsilon,
+                aggregator=o["aggregator"],
+                chunks=o["chunks"],
+                count_epsilon=count,
+                dimension=len(o["range"]),
+                input_kind=o["input"],
+            )
+        except ValueError as e:
+            allowed = "a share the mechanism accepts"
+            raise ConfigError(key, str(ctx.share), allowed, str(e), source) from e
+        assert params.guarantee().epsilon <= total  # rounded down: never more than the share
+        return SampleAggregatePlan(query.name, ctx.share, params, o["columns"], o["key_columns"])
+
+    def expand(
+        self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
+    ) -> PCollection[dict[str, Any]]:
+        # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
+        import apache_beam as beam  # noqa: PLC0415
+
+        from transforms.chunking import SampleAndAggregate  # noqa: PLC0415
+
+        assert isinstance(plan, SampleAggregatePlan)
+        name = plan.name
+        release = SampleAndAggregate(plan.params, ctx.release_key, noise=ctx.noise)
+        out: PCollection[dict[str, Any]] = (
+            clean
+            # pa.Table: __person__, the query's columns, its key columns (nothing else)
+            | f"{name}/SelectColumns" >> beam.Map(select_columns, plan.chunk_columns)
+            # {coordinate, value, stddev, chunks} per coordinate
+            | f"{name}/SampleAndAggregate" >> release
+        )
+        return out
+
+
+KIND = SampleAggregateKind()
