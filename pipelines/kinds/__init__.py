@@ -23,6 +23,10 @@ METRIC_KINDS: dict[str, str] = {
     # order statistics: the method (smooth sensitivity, shifted inverse) is a key of the query
     "median": "pipelines.kinds.quantile",
     "quantile": "pipelines.kinds.quantile",
+    # monotone statistics by the shifted inverse mechanism, no contribution bound (issue 5)
+    "total": "pipelines.kinds.shifted_inverse",
+    "max": "pipelines.kinds.shifted_inverse",
+    "distinct": "pipelines.kinds.shifted_inverse",
     # local-sensitivity mechanisms on per-person values (issue 6)
     "ptr_mean": "pipelines.kinds.local_sensitivity",
     "ptr_median": "pipelines.kinds.local_sensitivity",
