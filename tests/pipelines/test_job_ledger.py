@@ -129,7 +129,9 @@ def test_plan_shows_the_cost_and_what_remains(
     job = write_job(weekly, WEEKS[2], "plan-only")
     assert main(["plan", str(job)]) == 0
     out = capsys.readouterr().out
-    assert "scope 'logs'" in out and "this run would charge (ε=1, δ=0)" in out and "remaining" in out
+    assert (
+        "scope 'logs'" in out and "this run would charge (ε=1, δ=0)" in out and "remaining" in out
+    )
 
 
 def test_run_release_id_without_a_ledger_is_a_config_error(
