@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from .kinds import kind_of
 from .kinds.base import BuildContext
 from .ledger import Reservation
 from .plan import QueryPlan, ReleasePlan, plan_release
+from .public_keys import typed_public_keys
 from .runners import check_worker_paths, pipeline_options
 from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
 from .sources import InputSchema, ReadArrowTables, inspect_inputs
@@ -83,32 +84,11 @@ def required_columns(job: JobConfig) -> dict[str, str]:
     return columns
 
 
-def _as_bool(v: object) -> object:
-    """A public key for a boolean column: true/false (any case) or 1/0; other text never matches."""
-    text = str(v).strip().lower()
-    return True if text in ("true", "1") else False if text in ("false", "0") else str(v)
-
-
 def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleaseParams:
     """Public keys read as text are converted to the ``by`` columns' types, so they can match."""
     if params.public_partitions is None:
         return params
-    types = dict(schema.keys)
-    converters: list[Callable[[Any], object]] = []
-    for col in params.bounding.by:
-        t = types[col]
-        if pa.types.is_boolean(t):
-            converters.append(_as_bool)
-        elif pa.types.is_integer(t):
-            converters.append(lambda v: int(str(v)))
-        elif pa.types.is_floating(t):
-            converters.append(lambda v: float(str(v)))
-        else:
-            converters.append(str)
-    keys = tuple(
-        tuple(conv(v) for conv, v in zip(converters, key, strict=True))
-        for key in params.public_partitions
-    )
+    keys = typed_public_keys(params.public_partitions, params.bounding.by, schema)
     return dataclasses.replace(params, public_partitions=keys)
 
 

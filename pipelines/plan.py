@@ -25,8 +25,6 @@ Sensitivities follow docs/release-job-contracts.md; bounds are widened to the fi
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -60,6 +58,7 @@ from transforms.params import (
 from .config import ConfigError, JobConfig, QueryConfig
 from .kinds import kind_of
 from .kinds.base import KindPlan, PlanContext, QueryKind
+from .public_keys import read_public_keys
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -258,7 +257,7 @@ def _plan_query(
     L, C = q.max_partitions_per_person, q.max_rows_per_partition
     lo, hi = q.bounds if q.bounds is not None else (0.0, 0.0)
     bounding = BoundingParams(q.by, q.value, lo, hi, L, C)
-    keys = _read_public_keys(job, i, q) if q.partitions not in (None, "private") else None
+    keys = read_public_keys(job, i, q) if q.partitions not in (None, "private") else None
     private = q.private_partitions
     laplace = q.noise == "laplace"
     persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
@@ -364,48 +363,6 @@ def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> Noise
 
 def _error95(m: NoiseMechanism) -> float:
     return m.scale * LN20 if isinstance(m, LaplaceMechanism) else Z95 * m.std
-
-
-def _read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> tuple[tuple[object, ...], ...]:
-    path, key = str(q.partitions), f"queries[{i}].partitions"
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            if path.lower().endswith(".json"):
-                raw = json.load(f)
-                rows = [_json_key(r, q.by) for r in raw] if isinstance(raw, list) else None
-            else:
-                reader = csv.DictReader(f)
-                if reader.fieldnames is None or set(q.by) - set(reader.fieldnames):
-                    raise ConfigError(
-                        key,
-                        path,
-                        f"a CSV whose header has the by columns {list(q.by)}",
-                        f"its header is {reader.fieldnames}",
-                        job.source,
-                    )
-                rows = [tuple(r[c] for c in q.by) for r in reader]
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(
-            key, path, "a readable CSV or JSON file of public keys", str(e), job.source
-        ) from e
-    if not rows or any(r is None for r in rows):
-        raise ConfigError(
-            key,
-            path,
-            f"a non-empty list of keys for by = {list(q.by)}",
-            "JSON: a list of values, lists or objects; CSV: a header row of the by "
-            "columns, then one key per row",
-            job.source,
-        )
-    return tuple(dict.fromkeys(r for r in rows if r is not None))
-
-
-def _json_key(r: Any, by: tuple[str, ...]) -> tuple[object, ...] | None:
-    if isinstance(r, dict) and set(r) == set(by):
-        return tuple(r[c] for c in by)
-    if isinstance(r, list) and len(r) == len(by):
-        return tuple(r)
-    return (r,) if len(by) == 1 and isinstance(r, (str, int, float)) else None
 
 
 def _describe(m: NoiseMechanism) -> dict[str, Any]:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares
+from ..public_keys import typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
-from .shifted_inverse import config_error, parse_partitioning, public_keys, typed_keys
+from .shifted_inverse import config_error, parse_partitioning, public_keys
 from .shifted_inverse_plan import AutoBoundPlan, auto_bound_parts, clamp_choice, unit_noise
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class AutoBoundKind:
         spec = Contributions(
             "totals", "sum" if plan.value else "count", plan.value,
             limit=2.0**plan.choice.max_exponent, quantum=plan.quantum, by=plan.by,
-            public_keys=typed_keys(plan.public_keys, plan.by, ctx.schema),
+            public_keys=typed_public_keys(plan.public_keys, plan.by, ctx.schema),
             max_partitions=plan.max_partitions_per_person,
         )  # fmt: skip
         noise: Literal["laplace", "gaussian"] = (

@@ -24,8 +24,6 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
-import pyarrow as pa
-
 from transforms.mechanisms.quantile_sensitivity import as_quantile
 from transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 from transforms.mechanisms.shifted_inverse_grid import OutputGrid
@@ -33,13 +31,13 @@ from transforms.params import quantum_exponent
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, parse_by, parse_partitions, parse_shares
+from ..public_keys import read_public_keys, typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .shifted_inverse_plan import ShiftedInversePlan, divide, shifted_inverse_params
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
-    from ..sources import InputSchema
 
 METHOD = "shifted_inverse"
 SEARCHES = ("exponential", "binary")
@@ -191,9 +189,8 @@ def public_keys(query: QueryConfig, ctx: PlanContext) -> tuple[tuple[Any, ...], 
     """The public partition keys (read from the file; public), or ((),) without ``by``."""
     if not query.by:
         return ((),)
-    from ..plan import _read_public_keys  # noqa: PLC0415 (plan imports the kinds)
 
-    return _read_public_keys(ctx.job, ctx.index, query)
+    return read_public_keys(ctx.job, ctx.index, query)
 
 
 def config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
@@ -218,26 +215,6 @@ def plan_query(query: QueryConfig, ctx: PlanContext) -> ShiftedInversePlan:
     )  # fmt: skip
 
 
-def typed_keys(
-    keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], schema: InputSchema
-) -> tuple[tuple[Any, ...], ...]:
-    """Public keys read as text, converted to the ``by`` columns' types so that they match (the
-    rule of ``pipelines/job.py`` for the bounded aggregates)."""
-    types = dict(schema.keys)
-
-    def convert(t: pa.DataType, v: Any) -> Any:
-        if pa.types.is_boolean(t):
-            text = str(v).strip().lower()
-            return True if text in ("true", "1") else False if text in ("false", "0") else str(v)
-        if pa.types.is_integer(t):
-            return int(str(v))
-        return float(str(v)) if pa.types.is_floating(t) else str(v)
-
-    return tuple(
-        dict.fromkeys(tuple(convert(types[c], v) for c, v in zip(by, k, strict=True)) for k in keys)
-    )
-
-
 def expand_query(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
@@ -258,7 +235,7 @@ def expand_query(
     spec = Contributions(
         cast(Shape, shape), plan.reduction or "count", plan.value,
         limit=float(p.output_grid.upper), quantum=_quantum(p), by=plan.by,
-        public_keys=typed_keys(plan.public_keys, plan.by, ctx.schema),
+        public_keys=typed_public_keys(plan.public_keys, plan.by, ctx.schema),
         max_partitions=plan.max_partitions_per_person,
     )  # fmt: skip
     statistic = cast(Statistic, plan.statistic)
