@@ -133,7 +133,12 @@ def _packed_parts(table: pa.Table, num_shards: int, key: bytes) -> Iterator[tupl
     """The packed form of :func:`split_by_shard` (see :data:`ShardPart`)."""
     if PERSON_HASH_COLUMN in table.column_names:
         table = table.drop_columns([PERSON_HASH_COLUMN])
-    persons = pc.dictionary_encode(table.column(PERSON_COLUMN).combine_chunks())
+    person_column = table.column(PERSON_COLUMN).combine_chunks()
+    if person_column.null_count:
+        raise ValueError(
+            f"{PERSON_COLUMN} has null ids: shard only validated tables (ValidateRows.clean)"
+        )
+    persons = pc.dictionary_encode(person_column)
     ids = persons.dictionary  # distinct person ids of this table
     id_hash = person_rank_hashes(ids, key)
     id_shard = rank_hash_shards(id_hash, num_shards)
@@ -149,6 +154,8 @@ def _packed_parts(table: pa.Table, num_shards: int, key: bytes) -> Iterator[tupl
     for field in table.schema:
         if field.name != PERSON_COLUMN and pa.types.is_string(field.type):
             column = table.column(field.name).combine_chunks()
+            if column.null_count:  # indices would have to carry nulls: send the column plain
+                continue
             enc = pc.dictionary_encode(column)
             if enc.dictionary.nbytes * len(shards) <= column.nbytes // 2:
                 encoded[field.name] = (enc.dictionary, _numpy(enc.indices))
