@@ -38,6 +38,7 @@ from transforms.mechanisms.accounting import (
     BudgetExceededError,
     PureDP,
     compose,
+    epsilon_within_rho,
     float_down,
     float_up,
     split_budget,
@@ -355,10 +356,7 @@ def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> Noise
     rho = stat.rho / parts
     if noise == "gaussian":
         return GaussianMechanism(sens.l2, float_down(rho))
-    eps = math.sqrt(2 * float(rho))  # Laplace under zCDP: ε-DP is ε²/2-zCDP, so ε²/2 ≤ ρ
-    while Fraction(eps) ** 2 / 2 > rho:
-        eps = math.nextafter(eps, 0.0)
-    return LaplaceMechanism(sens.l1, eps)
+    return LaplaceMechanism(sens.l1, epsilon_within_rho(rho))  # Laplace inside a ρ share
 
 
 def _error95(m: NoiseMechanism) -> float:

@@ -31,6 +31,7 @@ from transforms.mechanisms.accounting import (
     ApproxDP,
     Budget,
     PureDP,
+    epsilon_within_rho,
     float_down,
     zcdp_budget_for,
 )
@@ -51,14 +52,6 @@ if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
 NEIGHBOURS = "add/remove one person"
 NUMERIC_COLUMNS = (("value", "float64"), ("released", "bool"))
-
-
-def epsilon_within_rho(rho: Fraction) -> float:
-    """The largest float ε with ε²/2 ≤ ρ (an ε-DP or (ε, δ)-DP mechanism inside a ρ share)."""
-    eps = math.sqrt(2 * float(rho))
-    while Fraction(eps) ** 2 / 2 > rho:
-        eps = math.nextafter(eps, 0.0)
-    return eps
 
 
 @dataclass(frozen=True)

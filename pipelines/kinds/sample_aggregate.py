@@ -42,7 +42,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from transforms.bounding import PERSON_COLUMN
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, Budget, PureDP, float_down
+from transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    PureDP,
+    epsilon_within_rho,
+    float_down,
+)
 from transforms.mechanisms.sample_aggregate import (
     AGGREGATORS,
     CHUNKS_LIMIT,
@@ -60,7 +67,7 @@ from transforms.mechanisms.sample_aggregate import (
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares, shown
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
-from .local_sensitivity_plan import counted_as, epsilon_within_rho
+from .local_sensitivity_plan import counted_as
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection

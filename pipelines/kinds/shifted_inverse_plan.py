@@ -30,6 +30,7 @@ from transforms.mechanisms.accounting import (
     Budget,
     PureDP,
     compose,
+    epsilon_within_rho,
     float_down,
     zcdp_budget_for,
 )
@@ -37,7 +38,7 @@ from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
 from transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 
-from .local_sensitivity_plan import counted_as, epsilon_within_rho
+from .local_sensitivity_plan import counted_as
 
 NEIGHBOURS = "add/remove one person"
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05

@@ -23,6 +23,7 @@ from transforms.mechanisms.accounting import (
     BudgetExceededError,
     PureDP,
     compose,
+    epsilon_within_rho,
     pure_to_approx,
     pure_to_zcdp,
     split_budget,
@@ -421,3 +422,10 @@ def test_module_imports_no_beam_and_no_insecure_randomness() -> None:
         for alias in node.names
     } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m.split(".")[0] in {"apache_beam", "random", "numpy"}}
+
+
+@pytest.mark.parametrize("rho", [Fraction(1, 2), Fraction(1, 3), Fraction(1, 10**6), Fraction(7)])
+def test_epsilon_within_rho_is_the_largest_float_inside(rho: Fraction) -> None:
+    eps = epsilon_within_rho(rho)
+    assert Fraction(eps) ** 2 / 2 <= rho
+    assert Fraction(math.nextafter(eps, math.inf)) ** 2 / 2 > rho

@@ -57,6 +57,16 @@ def float_down(x: Fraction) -> float:
     return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
 
 
+def epsilon_within_rho(rho: Fraction) -> float:
+    """The largest float ε with ε²/2 ≤ ρ: an ε-DP mechanism is ε²/2-zCDP (Bun–Steinke 2016,
+    Prop. 1.4), so it may run inside a ρ share; an (ε, δ) one is then δ-approximately so
+    (docs/accounting.md)."""
+    eps = math.sqrt(2 * float(rho))
+    while Fraction(eps) ** 2 / 2 > rho:
+        eps = math.nextafter(eps, 0.0)
+    return eps
+
+
 def _manifest(name: str, x: Fraction) -> dict[str, float | str]:
     # The float is rounded up, so a reader of the float never sees less than was spent.
     return {name: float_up(x), f"{name}_exact": str(x)}
