@@ -24,6 +24,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
 from transforms.aggregate import BoundAndAggregate, ShardByPerson
@@ -153,18 +154,23 @@ def build_pipeline(
         _ = validated.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
     bounding_key = release_key.subkey("bounding")
     out_dir = job.output.path
-    ctx = BuildContext(schema, release_key, noise, num_shards)
+    shuffle: list[PCollection[Any]] = []  # built on first use: an unused branch would still run
+
+    def shards() -> PCollection[Any]:
+        """(shard, pa.Table): the release's one shuffle by person, shared by all its queries."""
+        if not shuffle:
+            shuffle.append(clean | "ShardByPerson" >> ShardByPerson(num_shards, bounding_key))
+        return shuffle[0]
+
+    ctx = BuildContext(schema, release_key, noise, num_shards, shards)
     key_types = dict(schema.keys)
-    sharded = None  # (shard, pa.Table): one shuffle by person, shared by the bounded aggregates
     for q in plan.queries:
         if isinstance(q, QueryPlan):
             params = _typed_public_keys(q.params, schema)
             name, by = params.name, params.bounding.by
             columns: tuple[tuple[str, str], ...] = AGGREGATE_COLUMNS
-            if sharded is None:
-                sharded = clean | "ShardByPerson" >> ShardByPerson(num_shards, bounding_key)
             released = (
-                sharded
+                shards()
                 | f"{name}/BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
                 # (partition_key, PartitionStats)
                 | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)

@@ -4,9 +4,9 @@ Smooth sensitivity, propose-test-release and the stability-based release are not
 needs the whole multiset of per-person values (or the person count of every partition) in one
 place. So the steps are
 
-1. one value per person (:class:`~transforms.per_person.PerPersonValues`: a keyed shuffle by
-   person, then one vectorised reduction per shard), or the distinct persons of each partition
-   per shard, summed over shards;
+1. one value per person (:class:`~transforms.per_person.ReducePerPerson`: one vectorised
+   reduction per person shard, from the release's one keyed shuffle by person), or the distinct
+   persons of each partition per shard, summed over shards;
 2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
    10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design);
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
@@ -41,7 +41,6 @@ import pyarrow as pa
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
-from .aggregate import ShardByPerson
 from .bounding import PERSON_COLUMN
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
@@ -49,7 +48,7 @@ from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
 from .mechanisms.rng import ReleaseKey
 from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
-from .per_person import PerPersonValues
+from .per_person import ReducePerPerson
 
 F64 = npt.NDArray[np.float64]
 PerPersonMechanism = SmoothQuantile | PTRQuantile | PTRMean | LadderPTR
@@ -112,7 +111,8 @@ class _ReleaseValue:
 
 
 class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
-    """Clean tables → one row {value: float | None, released: bool}: a per-person statistic.
+    """Person shards ((shard, pa.Table) from :class:`~transforms.aggregate.ShardByPerson`, shared
+    by the release's queries) → one row {value: float | None, released: bool}.
 
     Args:
       mechanism: the planned core mechanism (smooth-sensitivity quantile, PTR quantile or mean,
@@ -120,8 +120,6 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
       reduction, value: the per-person reduction and the column it reads (None for ``count``).
       release_key: the release secret; noise from ``release_key.rng(query, "value")``.
       query: the query's name (the noise label).
-      sharding_key: the 32-byte key of the person shuffle (not noise).
-      num_shards: person shards, each held in memory by one worker.
       noise: False only from tests: the exact statistic instead of a release.
     """
 
@@ -133,8 +131,6 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         *,
         release_key: ReleaseKey,
         query: str,
-        sharding_key: bytes,
-        num_shards: int,
         noise: bool = True,
     ) -> None:
         super().__init__()
@@ -143,13 +139,13 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 "mechanism must be SmoothQuantile, PTRQuantile, PTRMean or LadderPTR, got "
                 f"{type(mechanism).__name__}"
             )
-        self._per_person = PerPersonValues(reduction, value, sharding_key, num_shards)
+        self._per_person = ReducePerPerson(reduction, value)
         self._release = _ReleaseValue(mechanism, release_key, query, noise)
 
-    def expand(self, clean: PCollection[Any]) -> PCollection[Any]:
+    def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (
-            clean
-            | "PerPersonValues" >> self._per_person  # np.ndarray per shard: one value per person
+            shards
+            | "ReducePerPerson" >> self._per_person  # np.ndarray per shard: one value per person
             | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())  # one array, all persons
             | "Release" >> beam.Map(self._release)  # {value, released}
         )
@@ -202,7 +198,7 @@ class _ReleaseTop:
 
 
 class ReleaseTopPartition(beam.PTransform[Any, Any]):
-    """Clean tables → one row {by..., released}: the partition with the most persons, or ⊥.
+    """Person shards → one row {by..., released}: the partition with the most persons, or ⊥.
 
     Person counts need no contribution bound: one person moves each count by at most one, which
     is all the stability argument uses (docs/local_sensitivity.md §9).
@@ -210,8 +206,7 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
     Args:
       mechanism: the planned :class:`~transforms.mechanisms.stability.StableTopPartition`.
       by: the partition columns (keys are tuples of their values).
-      release_key, query, sharding_key, num_shards, noise: as for
-        :class:`ReleasePerPersonStatistic`.
+      release_key, query, noise: as for :class:`ReleasePerPersonStatistic`.
     """
 
     def __init__(
@@ -221,8 +216,6 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
         *,
         release_key: ReleaseKey,
         query: str,
-        sharding_key: bytes,
-        num_shards: int,
         noise: bool = True,
     ) -> None:
         super().__init__()
@@ -231,13 +224,11 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
         if not by:
             raise ValueError("top partition needs at least one `by` column")
         self._by = tuple(by)
-        self._shard = ShardByPerson(num_shards, sharding_key, person_hashes=False)
         self._release = _ReleaseTop(mechanism, by, release_key, query, noise)
 
-    def expand(self, clean: PCollection[Any]) -> PCollection[Any]:
+    def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (
-            clean
-            | "ShardByPerson" >> self._shard  # (shard, pa.Table): all rows of its persons
+            shards  # (shard, pa.Table): all rows of its persons
             | "PersonsPerPartition" >> beam.FlatMapTuple(_PersonsPerPartition(self._by))
             # (key, persons in one shard)
             | "SumPerPartition" >> beam.CombinePerKey(sum)  # (key, persons)

@@ -81,6 +81,20 @@ class _ReduceShard:
         return reduce_per_person(table, self._reduction, self._value)
 
 
+class ReducePerPerson(beam.PTransform[Any, Any]):
+    """PCollection[(shard, pa.Table)] (all rows of each person in one table, from
+    :class:`~transforms.aggregate.ShardByPerson`) → PCollection[np.ndarray] of per-person values.
+    Lets several queries reduce from one shuffle."""
+
+    def __init__(self, reduction: str, value: str | None) -> None:
+        super().__init__()
+        self._reduce = _ReduceShard(reduction, value)
+
+    def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
+        out: PCollection[Any] = shards | "ReducePerPerson" >> beam.MapTuple(self._reduce)
+        return out
+
+
 class PerPersonValues(beam.PTransform[Any, Any]):
     """Clean tables → PCollection[np.ndarray]: per shard, one value per person in the shard.
 
@@ -102,6 +116,6 @@ class PerPersonValues(beam.PTransform[Any, Any]):
         out: PCollection[Any] = (
             tables
             | "ShardByPerson" >> ShardByPerson(self._num_shards, self._key)
-            | "ReducePerPerson" >> beam.MapTuple(_ReduceShard(self._reduction, self._value))
+            | "Reduce" >> ReducePerPerson(self._reduction, self._value)
         )
         return out

@@ -2,7 +2,8 @@
 
 Both mechanisms see the data through a few small statistics per partition, so the pipeline is
 
-1. :class:`~transforms.aggregate.ShardByPerson` — all rows of a person in one table;
+1. :class:`~transforms.aggregate.ShardByPerson` — all rows of a person in one table (the
+   release's one shuffle by person, shared with its other queries);
 2. per shard, **one reduction per person** (and partition): :func:`shard_contributions`, vectorised
    in numpy/pyarrow — rows are clamped to [0, ``limit``], each person keeps at most L public
    partitions, then one value per (person, partition) or, for distinct counts and quantiles of row
@@ -44,7 +45,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.pvalue import PCollection
 
-from .aggregate import ShardByPerson
 from .bounding import PERSON_COLUMN
 from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from .mechanisms.auto_bound import ClampChoiceParams
@@ -551,15 +551,14 @@ class _ReleasePartition:
 
 
 class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
-    """Clean tables → one row per public partition ({by..., value}, + stddev, bound for an auto
-    bound): a shifted-inverse release, or a count/sum with a privately chosen clamp.
+    """Person shards ((shard, pa.Table) from :class:`~transforms.aggregate.ShardByPerson`, shared
+    by the release's queries) → one row per public partition ({by..., value}, + stddev, bound for
+    an auto bound): a shifted-inverse release, or a count/sum with a privately chosen clamp.
 
     Args:
       query: a :class:`ShiftedInverseQuery` or :class:`AutoBoundQuery` (its guarantee is the
         release's, per partition; L partitions per person compose).
       release_key: the release secret; noise from ``release_key.rng(name, partition, purpose)``.
-      sharding_key: the 32-byte key of the person shuffle (not noise).
-      num_shards: person shards, each held in memory by one worker.
       noise: False only from tests: the exact statistic (auto bound: the best-scoring clamp).
     """
 
@@ -568,26 +567,22 @@ class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
         query: ShiftedInverseQuery | AutoBoundQuery,
         *,
         release_key: ReleaseKey,
-        sharding_key: bytes,
-        num_shards: int,
         noise: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(query, (ShiftedInverseQuery, AutoBoundQuery)):
             raise TypeError(f"query must be a planned query, got {type(query).__name__}")
         self._query, self._noise, self._release_key = query, noise, release_key
-        self._shard = ShardByPerson(num_shards, sharding_key)
 
-    def expand(self, clean: PCollection[Any]) -> PCollection[Any]:
+    def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         q = self._query
         spec = q.contributions
         fn = q.combine_fn() if isinstance(q, ShiftedInverseQuery) else ClampStats(q.thresholds)
         contributions = (
-            clean
-            | "ShardByPerson" >> self._shard  # (shard, pa.Table): all rows of its persons
+            shards  # (shard, pa.Table): all rows of its persons
             | "Contributions" >> beam.FlatMapTuple(_Contribute(spec))  # (key, contribution)
         )
-        empty = clean.pipeline | "PublicKeys" >> beam.Create(
+        empty = shards.pipeline | "PublicKeys" >> beam.Create(
             [(k, spec.empty()) for k in spec.public_keys]
         )  # every public partition is released, absent ones from no data
         out: PCollection[Any] = (

@@ -155,11 +155,8 @@ class AutoBoundKind:
             "gaussian" if plan.noise == "gaussian" else "laplace"
         )
         query = AutoBoundQuery(plan.name, spec, plan.choice, noise, plan.epsilon, plan.rho)
-        release = ReleaseShiftedInverse(
-            query, release_key=ctx.release_key, sharding_key=ctx.release_key.subkey("bounding"),
-            num_shards=ctx.num_shards, noise=ctx.noise,
-        )  # fmt: skip
-        out: PCollection[dict[str, Any]] = clean | f"{plan.name}/AutoBound" >> release
+        release = ReleaseShiftedInverse(query, release_key=ctx.release_key, noise=ctx.noise)
+        out: PCollection[dict[str, Any]] = ctx.shards() | f"{plan.name}/AutoBound" >> release
         return out  # {by..., value, stddev, bound}
 
 

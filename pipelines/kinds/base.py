@@ -18,7 +18,7 @@ A kind is three steps, each at its own time:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
@@ -78,12 +78,18 @@ class PlanContext:
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What ``expand`` may use when adding steps to the pipeline."""
+    """What ``expand`` may use when adding steps to the pipeline.
+
+    ``shards()`` is the release's one shuffle by person: PCollection[(shard, pa.Table)] holding
+    all rows of each person in one table (``transforms.aggregate.ShardByPerson`` with the
+    bounding key), built on first use and shared by every query that needs whole persons.
+    """
 
     schema: InputSchema
     release_key: ReleaseKey
     noise: bool  # False only from tests (exact values); never from a job file
     num_shards: int
+    shards: Callable[[], PCollection[Any]]
 
 
 class QueryKind(Protocol):

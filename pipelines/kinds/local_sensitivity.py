@@ -305,18 +305,15 @@ def _expand(
     )
 
     key, name = ctx.release_key, plan.name
-    sharding_key = key.subkey("bounding")  # the person shuffle's key (not noise)
     if isinstance(plan, TopPartitionPlan):
         top = ReleaseTopPartition(
             plan.mechanism,
             plan.by,
             release_key=key,
             query=name,
-            sharding_key=sharding_key,
-            num_shards=ctx.num_shards,
             noise=ctx.noise,
         )
-        out: PCollection[dict[str, Any]] = clean | f"{name}/TopPartition" >> top
+        out: PCollection[dict[str, Any]] = ctx.shards() | f"{name}/TopPartition" >> top
         return out  # {by..., released}
     assert isinstance(plan, PerPersonPlan)
     release = ReleasePerPersonStatistic(
@@ -325,11 +322,9 @@ def _expand(
         plan.value,
         release_key=key,
         query=name,
-        sharding_key=sharding_key,
-        num_shards=ctx.num_shards,
         noise=ctx.noise,
     )
-    out = clean | f"{plan.name}/LocalRelease" >> release
+    out = ctx.shards() | f"{plan.name}/LocalRelease" >> release
     return out  # {value, released}
 
 

@@ -241,10 +241,9 @@ def expand_query(
     statistic = cast(Statistic, plan.statistic)
     query = ShiftedInverseQuery(plan.name, statistic, spec, p, plan.count_params, plan.k, plan.q)
     release = ReleaseShiftedInverse(
-        query, release_key=ctx.release_key, sharding_key=ctx.release_key.subkey("bounding"),
-        num_shards=ctx.num_shards, noise=ctx.noise,
+        query, release_key=ctx.release_key, noise=ctx.noise,
     )  # fmt: skip
-    out: PCollection[dict[str, Any]] = clean | f"{plan.name}/ShiftedInverse" >> release
+    out: PCollection[dict[str, Any]] = ctx.shards() | f"{plan.name}/ShiftedInverse" >> release
     return out  # {by..., value}
 
 

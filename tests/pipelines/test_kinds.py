@@ -9,16 +9,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipelines import kinds
 from pipelines.cli import main
 from pipelines.config import ConfigError, load_job, parse_job
 from pipelines.generate import generate
-from pipelines.job import run_release
+from pipelines.job import build_pipeline, required_columns, run_release
 from pipelines.plan import plan_release
 from pipelines.plan_text import print_plan
+from pipelines.sources import inspect_inputs
 from transforms.mechanisms.additive import LaplaceMechanism
 from transforms.mechanisms.rng import ReleaseKey
 
@@ -89,3 +92,26 @@ def test_registered_kinds_plan_through_the_real_table(capsys: pytest.CaptureFixt
     assert "median_duration: share" in out and "top_domain: share" in out
     plan = plan_release(load_job(example))
     assert getattr(plan.queries[0], "method", None) == "smooth_sensitivity"
+
+
+def test_one_shuffle_by_person_serves_aggregates_and_kinds(tmp_path: Path) -> None:
+    """A count, a median, a PTR mean, a top partition and a shifted-inverse total share one
+    ShardByPerson: the input is shuffled by person once, whatever the number of queries."""
+    (tmp_path / "data").mkdir()
+    generate(30, str(tmp_path / "data" / "logs.parquet"), seed=1)
+    raw = job(tmp_path)
+    raw["budget"] = {"epsilon": 1.0, "delta": 1e-6}
+    raw["queries"] = [
+        {"name": "visits", "metric": "count", "max_rows_per_partition": 2},
+        {"name": "med", "metric": "median", "per_person": "count", "bounds": [0.0, 100.0]},
+        {"name": "pm", "metric": "ptr_mean", "per_person": "count", "bounds": [0.0, 100.0]},
+        {"name": "top", "metric": "top_partition", "by": ["domain"]},
+        {"name": "tot", "metric": "total"},
+    ]
+    cfg = parse_job(raw)
+    schema = inspect_inputs(cfg.input.path, cfg.input.format, required_columns(cfg))
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    build_pipeline(pipeline, cfg, plan_release(cfg), schema, ReleaseKey(b"k" * 32))
+    names = [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
+    assert [n for n in names if n.endswith("ShardByPerson")] == ["ShardByPerson"]
+    assert not [n for n in names if "ShardByPerson" in n and n.split("/")[0] != "ShardByPerson"]
