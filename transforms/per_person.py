@@ -49,46 +49,83 @@ def check_reduction(reduction: str, value: str | None) -> None:
         raise ValueError(f"the per-person {reduction!r} reduction needs a value column")
 
 
-def reduce_per_person(table: pa.Table, reduction: str, value: str | None) -> F64:
+def reduce_per_person(
+    table: pa.Table,
+    reduction: str,
+    value: str | None,
+    bounds: tuple[float, float] | None = None,
+) -> F64:
     """One value per distinct ``__person__`` in ``table`` (which must hold all of their rows).
 
     The order of the values is unspecified (the mechanisms take multisets). ``count`` and
-    ``distinct`` are exact integers as floats; ``sum``/``mean``/``max``/``min`` of a float64
-    column. Values are not clamped here: each mechanism clamps to its own declared bounds.
+    ``distinct`` are exact integers as floats. ``sum``/``mean``/``max``/``min`` read a float64
+    column; with ``bounds`` = (lower, upper) — the mechanism's declared bounds — **each row is
+    clamped before the rows are combined** and the result is clamped again, so every value is
+    finite and in the bounds whatever the rows hold: ±inf rows become the bounds, so a person with
+    rows +inf and −inf has a sum in the bounds, not NaN, and no data value can make the mechanism
+    after this step raise (issue 12; a crash that depends on one person is an observable). A
+    per-person sum is therefore Σ clamp(x) clamped, not clamp(Σ x): a deterministic function of
+    the person's own rows, which is all the mechanisms need (one person → one value).
     """
     check_reduction(reduction, value)
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.float64)
     column = PERSON_COLUMN if reduction == "count" else str(value)
-    grouped = table.select(list(dict.fromkeys([PERSON_COLUMN, column]))).group_by(PERSON_COLUMN)
-    agg = grouped.aggregate([(column, _AGGREGATE[reduction])])
+    selected = table.select(list(dict.fromkeys([PERSON_COLUMN, column])))
+    clamping = bounds is not None and reduction in _CLAMPED
+    if clamping:
+        assert bounds is not None
+        lower, upper = _checked(bounds)
+        clamped = pc.min_element_wise(pc.max_element_wise(selected[column], lower), upper)
+        selected = selected.set_column(selected.column_names.index(column), column, clamped)
+    agg = selected.group_by(PERSON_COLUMN).aggregate([(column, _AGGREGATE[reduction])])
     out: F64 = np.asarray(
         pc.cast(agg.column(f"{column}_{_AGGREGATE[reduction]}"), pa.float64()).to_numpy(
             zero_copy_only=False
         ),
         dtype=np.float64,
     )
+    if clamping:
+        # A sum of many in-bound rows can still overflow to ±inf (bounds near 1e308), and to NaN
+        # when it overflows both ways; either way the value depends on this person alone.
+        out = np.clip(np.nan_to_num(out, nan=min(max(0.0, lower), upper)), lower, upper)
     return out
 
 
+_CLAMPED = frozenset({"sum", "mean", "max", "min"})
+
+
+def _checked(bounds: tuple[float, float]) -> tuple[float, float]:
+    lower, upper = float(bounds[0]), float(bounds[1])
+    if not (np.isfinite(lower) and np.isfinite(upper) and lower <= upper):
+        raise ValueError(f"bounds must be finite with lower <= upper, got {bounds!r}")
+    return lower, upper
+
+
 class _ReduceShard:
-    def __init__(self, reduction: str, value: str | None) -> None:
+    def __init__(
+        self, reduction: str, value: str | None, bounds: tuple[float, float] | None
+    ) -> None:
         check_reduction(reduction, value)
         self._reduction, self._value = reduction, value
+        self._bounds = None if bounds is None else _checked(bounds)
 
     def __call__(self, shard: int, table: pa.Table) -> F64:
         del shard
-        return reduce_per_person(table, self._reduction, self._value)
+        return reduce_per_person(table, self._reduction, self._value, self._bounds)
 
 
 class ReducePerPerson(beam.PTransform[Any, Any]):
     """PCollection[(shard, pa.Table)] (all rows of each person in one table, from
     :class:`~transforms.aggregate.ShardByPerson`) → PCollection[np.ndarray] of per-person values.
-    Lets several queries reduce from one shuffle."""
+    Lets several queries reduce from one shuffle. ``bounds``: rows clamped before they are
+    combined (:func:`reduce_per_person`)."""
 
-    def __init__(self, reduction: str, value: str | None) -> None:
+    def __init__(
+        self, reduction: str, value: str | None, bounds: tuple[float, float] | None = None
+    ) -> None:
         super().__init__()
-        self._reduce = _ReduceShard(reduction, value)
+        self._reduce = _ReduceShard(reduction, value, bounds)
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = shards | "ReducePerPerson" >> beam.MapTuple(self._reduce)
@@ -104,18 +141,27 @@ class PerPersonValues(beam.PTransform[Any, Any]):
       value: the column the reduction reads (None for ``count``).
       key: the 32-byte sharding key derived by the launcher from the release secret.
       num_shards: person shards (each held in memory by one worker).
+      bounds: (lower, upper) rows are clamped to before they are combined (value reductions).
     """
 
-    def __init__(self, reduction: str, value: str | None, key: bytes, num_shards: int) -> None:
+    def __init__(
+        self,
+        reduction: str,
+        value: str | None,
+        key: bytes,
+        num_shards: int,
+        bounds: tuple[float, float] | None = None,
+    ) -> None:
         super().__init__()
         check_reduction(reduction, value)
         self._reduction, self._value = reduction, value
+        self._bounds = None if bounds is None else _checked(bounds)
         self._key, self._num_shards = key, num_shards
 
     def expand(self, tables: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (
             tables
             | "ShardByPerson" >> ShardByPerson(self._num_shards, self._key)
-            | "Reduce" >> ReducePerPerson(self._reduction, self._value)
+            | "Reduce" >> ReducePerPerson(self._reduction, self._value, self._bounds)
         )
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -84,3 +85,49 @@ def test_beam_values_span_tables_and_shards() -> None:
 def test_misuse(reduction: str, value: str | None, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PerPersonValues(reduction, value, KEY, 4)
+
+
+def _clamped_python(
+    data: list[dict[str, Any]], reduction: str, lo: float, hi: float
+) -> list[float]:
+    clamped = [{**r, "v": min(hi, max(lo, r["v"]))} for r in data]
+    return sorted(min(hi, max(lo, x)) for x in expected(clamped, reduction, "v"))
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "max", "min"])
+def test_bounds_clamp_each_row_before_the_rows_are_combined(reduction: str) -> None:
+    data = rows(3, 300)  # values in [-5, 50): bounds (0, 20) bind on both sides
+    got = reduce_per_person(pa.Table.from_pylist(data), reduction, "v", bounds=(0.0, 20.0))
+    assert sorted(got.tolist()) == pytest.approx(_clamped_python(data, reduction, 0.0, 20.0))
+    # the clamp is per row: a person with rows 30 and -5 sums to 20 + 0 = 20, not clamp(25) = 20
+    # and a person with rows 15 and -5 sums to 15 (clamp(10) = 10 without the row clamp)
+    two = pa.table({PERSON_COLUMN: ["a", "a"], "v": [15.0, -5.0]})
+    assert reduce_per_person(two, "sum", "v", bounds=(0.0, 20.0)).tolist() == [15.0]
+    assert reduce_per_person(two, "sum", "v").tolist() == [10.0]  # without bounds: raw sum
+
+
+HOSTILE = [math.inf, -math.inf, 1e308, -1e308, -0.0, 0.0, 5.0]
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("bounds", [(0.0, 10.0), (-1e308, 1e308), (-1.0, -1.0)])
+def test_hostile_rows_give_finite_values_in_the_bounds(
+    reduction: str, bounds: tuple[float, float]
+) -> None:
+    """±inf, ±1e308 (whose sum overflows), −0.0: never NaN or ±inf, always inside the bounds."""
+    persons = [f"p{i}" for i in range(len(HOSTILE)) for _ in range(i + 1)]
+    values = [
+        HOSTILE[(i * 3 + j) % len(HOSTILE)] for i in range(len(HOSTILE)) for j in range(i + 1)
+    ]
+    table = pa.table({PERSON_COLUMN: persons + ["big"] * 1000, "v": values + [1e308] * 1000})
+    got = reduce_per_person(table, reduction, "v", bounds=bounds)
+    assert got.size == len(HOSTILE) + 1
+    assert np.isfinite(got).all() and (got >= bounds[0]).all() and (got <= bounds[1]).all()
+
+
+def test_bounds_misuse() -> None:
+    table = pa.table({PERSON_COLUMN: ["a"], "v": [1.0]})
+    with pytest.raises(ValueError, match="bounds must be finite with lower <= upper"):
+        reduce_per_person(table, "sum", "v", bounds=(1.0, 0.0))
+    with pytest.raises(ValueError, match="bounds must be finite with lower <= upper"):
+        PerPersonValues("sum", "v", KEY, 4, bounds=(0.0, math.inf))  # checked when built
