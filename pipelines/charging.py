@@ -1,11 +1,14 @@
 """The launcher's side of the ledger: charge a release before its pipeline, record it after.
 
 Only the launcher calls these (``pipelines/job.py`` and the CLI); Beam workers never see the
-ledger. The order in :func:`pipelines.job.run_release` is: check inputs → plan → :func:`reserve`
-(one serialised transaction; refuses before anything runs) → pipeline with the reservation's key →
-manifest (with the charge) → :func:`complete`. A run that fails after :func:`reserve` keeps its
-charge: noise may already have left the workers. Re-running the same release id with the same
-input files and config costs nothing and, with the stored secret, writes the same bytes.
+ledger. The order in :func:`pipelines.job.run_release` is: check inputs, key files, output and
+staging locations → plan → :func:`reserve` (one serialised transaction; refuses before anything
+runs) → pipeline with the reservation's key, writing into staging → manifest (with the charge) →
+publish → :func:`complete`. A run whose pipeline fails has published nothing (its outputs were
+only staged), so :func:`cancel` takes its charge back; a run that fails while publishing keeps it.
+Re-running the same release id with the same inputs (:mod:`.release_inputs`: files, key files,
+user code, userdp's code, the secret file) costs nothing and, with the stored secret, writes the
+same bytes.
 """
 
 from __future__ import annotations
@@ -48,12 +51,19 @@ def release_cost(plan: ReleasePlan) -> Cost:
 
 
 def reserve(
-    job: JobConfig, plan: ReleasePlan, files: Sequence[str], release_id: str | None
+    job: JobConfig,
+    plan: ReleasePlan,
+    files: Sequence[str],
+    release_id: str | None,
+    artifacts: Mapping[str, str],
 ) -> Reservation:
-    """Charges the release (or finds its earlier charge); raises the ledger's refusal errors."""
+    """Charges the release (or finds its earlier charge); raises the ledger's refusal errors.
+
+    ``artifacts``: digests of everything else the release reads (``release_inputs``), part of the
+    fingerprint so that a re-run on anything changed is refused before it runs."""
     cfg = _ledger(job)
     rid = release_id or cfg.release_id or new_release_id(cfg.scope)
-    fingerprint = input_fingerprint(list(files)).digest
+    fingerprint = input_fingerprint(list(files), artifacts).digest
     with open_ledger(cfg.location) as ledger:
         return ledger.reserve(
             rid,
@@ -70,8 +80,24 @@ def complete(
 ) -> None:
     """Records the finished release's outputs and the hash of its manifest's bytes."""
     with open_ledger(_ledger(job).location) as ledger:
-        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-        ledger.complete(reservation.release_id, outputs, digest)
+        ledger.complete(reservation.release_id, outputs, manifest_hash(manifest))
+
+
+def cancel(job: JobConfig, reservation: Reservation) -> None:
+    """Takes back the charge of a run that published nothing (see the module docstring)."""
+    with open_ledger(_ledger(job).location) as ledger:
+        ledger.cancel(reservation.release_id)
+
+
+def published_manifest_hash(job: JobConfig, reservation: Reservation) -> str | None:
+    """The manifest hash recorded when this release id was completed (None: never completed)."""
+    with open_ledger(_ledger(job).location) as ledger:
+        record = ledger.release(reservation.release_id)
+    return record.manifest_hash if record is not None else None
+
+
+def manifest_hash(manifest: bytes) -> str:
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 
 def quote(

@@ -2,8 +2,20 @@
 
 Each subcommand is a :class:`Command` in :data:`COMMANDS`: a help line, a function that adds its
 arguments, and a function that runs it and returns the exit code; a new command is one entry in
-that table. Exit codes: 0 success; 2 a bad job file, input schema or arguments; 3 refused by the
-budget ledger (nothing ran).
+that table.
+
+Exit codes of ``userdp run`` (and the others where they apply):
+
+- 0: the release was published (or the command did what it says);
+- 2: a problem with the job file, an input file, a key file, the secret file or an output
+  location — found before anything was charged, or (an input file that turns out corrupt while it
+  is read) after, in which case nothing was published and the charge was taken back;
+- 3: the budget ledger refused the release (nothing ran) or cannot be used;
+- 1: the run itself failed (a full disk, a worker lost, a bug): nothing was published unless the
+  message says publishing failed part-way; what became of the ledger's charge is printed.
+
+No message contains a data value. Library messages and tracebacks, which may, go to an
+operator-only log file (:mod:`.private_log`) whose path is printed.
 """
 
 from __future__ import annotations
@@ -12,11 +24,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .config import ConfigError, load_job
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
 from .plan import plan_release
-from .plan_text import print_ledger_quote, print_plan, print_runner
+from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ def _plan(args: argparse.Namespace) -> int:
         plan = plan_release(job)
         print_plan(plan, sys.stdout)
         print_runner(job, args.beam_args, sys.stdout)
+        print_keys(job, sys.stdout)
         if job.ledger is not None:
             print_ledger_quote(job, plan, sys.stdout)
     except ConfigError as e:
@@ -70,8 +84,33 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .job import run_release  # noqa: PLC0415 (Beam loads only for commands that use it)
+    from .private_log import PrivateLog  # noqa: PLC0415
+
+    with PrivateLog() as log:
+        code = _run_logged(args, log)
+    if log.path is not None:
+        print(
+            f"userdp run: library messages and details (they may quote private data; for the "
+            f"operator only) are in {log.path}",
+            file=sys.stderr,
+        )
+    return code
+
+
+_CHARGE = {
+    "released": "nothing was published; the ledger's charge was taken back",
+    "kept": "the ledger's charge is kept: re-run with --release-id {rid} to finish without a "
+    "new charge",
+    "none": "nothing was published",
+}
+
+
+def _run_logged(args: argparse.Namespace, log: Any) -> int:
+    from transforms.keys import KeyFileError  # noqa: PLC0415
+
+    from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
     from .ledger import LedgerError  # noqa: PLC0415
+    from .publish import OutputLocationError  # noqa: PLC0415
     from .sources import SchemaError  # noqa: PLC0415
 
     try:
@@ -79,12 +118,30 @@ def _run(args: argparse.Namespace) -> int:
         if args.release_id and job.ledger is None:
             raise ConfigError("--release-id", args.release_id, "a job file with a [ledger]", "")
         result = run_release(job, args.beam_args, release_id=args.release_id)
-    except (ConfigError, SchemaError) as e:
+    except (ConfigError, SchemaError, OutputLocationError, KeyFileError) as e:
         print(f"userdp run: {e}", file=sys.stderr)
         return 2
     except LedgerError as e:  # refused before anything ran (or a ledger that cannot be used)
         print(f"userdp run: {e}", file=sys.stderr)
         return 3
+    except ReleaseRunError as e:
+        log.exception(e)
+        charge = _CHARGE[e.charge].format(rid=e.release_id)
+        print(f"userdp run: {e}; {charge}", file=sys.stderr)
+        return 2 if e.input_error else 1
+    except Exception as e:
+        log.exception(e)
+        print(
+            f"userdp run: failed ({type(e).__name__}) — this is a bug in userdp, please report "
+            "it; nothing was published",
+            file=sys.stderr,
+        )
+        return 1
+    _print_result(job, result)
+    return 0
+
+
+def _print_result(job: Any, result: Any) -> None:
     print(f"released {len(result.outputs)} queries:")
     for name, path in result.outputs.items():
         print(f"  {name}: {path}")
@@ -98,13 +155,13 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"charged {r.counted} to {r.scope!r}"
             + (f" periods {list(r.periods)}" * bool(r.periods))
+            + f" (release id {r.release_id})"
         )
     if r is not None:
         from .charging import accounts_after  # noqa: PLC0415
 
         for a in accounts_after(job, r):
             print(f"  {a.name}: spent {a.spent} of {a.cap}; remaining {a.remaining}")
-    return 0
 
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
@@ -140,6 +197,27 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keygen_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="the key file to create (must not exist)")
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    """A release key file for ``[release] secret_path``: 32 random bytes, mode 0600, never
+    overwritten (replacing a key makes earlier release ids impossible to re-run)."""
+    import os  # noqa: PLC0415
+    import secrets  # noqa: PLC0415
+
+    try:
+        fd = os.open(args.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        print(f"userdp keygen: cannot create {args.path} ({e.strerror})", file=sys.stderr)
+        return 2
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_bytes(32))
+    print(f"wrote a 32-byte key to {args.path} (mode 0600); set [release] secret_path to it")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "plan": Command(
         "validate a job file and print its budget split and noise, without reading data",
@@ -149,6 +227,11 @@ COMMANDS: dict[str, Command] = {
     "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
     "generate": Command("write a synthetic browsing log", _generate_args, _generate),
     "ledger": Command(LEDGER_HELP, add_ledger_arguments, run_ledger),
+    "keygen": Command(
+        "create a key file for [release] secret_path (keeps noise keys out of the job graph)",
+        _keygen_args,
+        _keygen,
+    ),
     "demo": Command(
         "generate a small browsing log, release it on the Direct runner and print the result",
         _demo_args,

@@ -31,6 +31,7 @@ from .config_fields import (
     parse_partitions,
     parse_shares,
 )
+from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, kind_for, option_kind
 from .kinds.base import QuerySection
 
@@ -57,6 +58,7 @@ RUNNER_NAMES = ("direct", "portable", "flink", "dataflow")
 METRICS = ("count", "persons", "sum", "mean")
 NOISES = ("laplace", "gaussian")
 PERSON_TYPES = ("string", "int")
+COLUMN_TYPES = ("string", "int", "float", "bool")
 _EXTENSIONS = {".parquet": "parquet", ".avro": "avro", ".csv": "csv", ".jsonl": "jsonl"}
 _EXTENSIONS[".json"] = "jsonl"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
@@ -66,10 +68,14 @@ _LEDGER_WHERE = (
     "either path (a SQLite file) or url (postgresql://…)",
     "the ledger that records this release's charge; caps are set with `userdp ledger set-cap`",
 )
-_SECTIONS = ("input", "budget", "runner", "output", "queries", "ledger")
+_SECTIONS = ("input", "budget", "runner", "output", "queries", "ledger", "release")
 
 # (what is allowed, a hint) for ConfigError messages
 _OPTIONS = ("a table, e.g. options = { }", "its keys are Beam pipeline options")
+_COLUMNS = (
+    'a table of column = type, e.g. columns = { domain = "string", duration_s = "float" }',
+    "types of CSV/JSONL columns (default: keys string, values float); never taken from values",
+)
 _BOTH_BUDGETS = (
     "epsilon (+ delta) or rho",
     "not both: rho is a zCDP total, epsilon a pure or (ε, δ) total",
@@ -99,8 +105,26 @@ class InputConfig:
     path: str
     format: str
     person: str
-    person_type: str | None = None  # None: taken from the data's schema
+    person_type: str | None = None  # None: the Parquet/Avro schema's, "string" for CSV/JSONL
     dead_letter: str | None = None  # operator-only path for rejected (raw, private) rows
+    # declared column types (string | int | float | bool): the types of CSV/JSONL columns, which
+    # carry none, and a check of Parquet/Avro schemas — never inferred from values (issue 12)
+    columns: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def declared_types(self) -> dict[str, str]:
+        """``columns`` with the person column's type from ``person_type`` when it is given."""
+        out = dict(self.columns)
+        if self.person_type is not None:
+            out[self.person] = self.person_type
+        return out
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """``[release]``: ``secret_path`` is a key file (local or any Beam filesystem) that workers
+    read at setup, so that no noise key travels in the job graph (docs/threat-model.md)."""
+
+    secret_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +210,7 @@ class JobConfig:
     config_hash: str
     source: str = ""
     ledger: LedgerConfig | None = None
+    release: ReleaseConfig = field(default_factory=ReleaseConfig)
 
 
 def load_job(path: str | Path) -> JobConfig:
@@ -211,7 +236,8 @@ def parse_job(
     raw: Mapping[str, Any], *, source: str = "", base_dir: str | Path | None = None
 ) -> JobConfig:
     """Validate a parsed job table (floats may be floats or exact Fractions)."""
-    v = Validator(source, Path(base_dir) if base_dir is not None else Path.cwd())
+    # absolute, so that a relative glob means the same from every working directory
+    v = Validator(source, Path(base_dir).absolute() if base_dir is not None else Path.cwd())
     v.keys(raw, "", _SECTIONS)
     inp = v.table(raw, "input", required=True)
     v.keys(inp, "input.", _INPUT_KEYS)
@@ -248,6 +274,8 @@ def parse_job(
                 f'cannot infer it from the path {in_path!r}; give format = "..."',
             )
     person_type = v.choice(inp, "input.person_type", PERSON_TYPES, default=None)
+    person = v.string(inp, "input.person")
+    columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
     dead = v.string(inp, "input.dead_letter", required=False)
     name = v.choice(runner_raw, "runner.name", RUNNER_NAMES, default="direct")
     options = runner_raw.get("options", {})
@@ -255,11 +283,7 @@ def parse_job(
         v.fail("runner.options", options, *_OPTIONS)
     written = JobConfig(
         input=InputConfig(
-            in_path,
-            "jsonl" if fmt == "json" else fmt,
-            v.string(inp, "input.person"),
-            person_type,
-            dead,
+            in_path, "jsonl" if fmt == "json" else fmt, person, person_type, dead, columns
         ),
         budget=budget,
         runner=RunnerConfig(name, MappingProxyType(dict(options))),
@@ -275,19 +299,57 @@ def parse_job(
     dead_path = v.resolve(dead) if dead is not None else None
     resolved_input = InputConfig(**{**_fields(written.input), "path": v.resolve(in_path)})
     resolved_input = InputConfig(**{**_fields(resolved_input), "dead_letter": dead_path})
+    ledger = _parse_ledger(v, raw) if "ledger" in raw else None
+    release = _parse_release(v, raw)
+    output = OutputConfig(v.resolve(written.output.path), written.output.format)
+    check_private_paths(
+        output.path,
+        {
+            "input.dead_letter": dead_path,
+            "input.path": resolved_input.path,
+            "ledger.path": ledger.location if ledger and "://" not in ledger.location else None,
+            "release.secret_path": release.secret_path,
+        },
+        source,
+    )
     return JobConfig(
         input=resolved_input,
         budget=budget,
         runner=written.runner,
-        output=OutputConfig(v.resolve(written.output.path), written.output.format),
+        output=output,
         queries=tuple(
             q if q.partitions in (None, "private") else _with_path(q, v.resolve(q.partitions))
             for q in queries
         ),
         config_hash=_canonical_hash(written),
         source=source,
-        ledger=_parse_ledger(v, raw) if "ledger" in raw else None,
+        ledger=ledger,
+        release=release,
     )
+
+
+def _parse_columns(
+    v: Validator, raw: Any, person: str, person_type: str | None
+) -> Mapping[str, str]:
+    """``[input] columns``: column name → ``string`` | ``int`` | ``float`` | ``bool``."""
+    if not isinstance(raw, Mapping) or not all(isinstance(c, str) and c for c in raw):
+        v.fail("input.columns", raw, *_COLUMNS)
+    for name, t in raw.items():
+        if t not in COLUMN_TYPES:
+            v.fail(f"input.columns.{name}", t, f"one of {', '.join(COLUMN_TYPES)}", _COLUMNS[1])
+    declared = raw.get(person)
+    if declared is not None and declared not in PERSON_TYPES:
+        v.fail(f"input.columns.{person}", declared, "string or int for the person column", "")
+    if declared is not None and person_type is not None and declared != person_type:
+        v.fail("input.person_type", person_type, f"the type columns.{person} gives", "")
+    return MappingProxyType(dict(raw))
+
+
+def _parse_release(v: Validator, raw: Mapping[str, Any]) -> ReleaseConfig:
+    t = v.table(raw, "release", required=False)
+    v.keys(t, "release.", ("secret_path",))
+    secret = v.string(t, "release.secret_path", required=False)
+    return ReleaseConfig(v.resolve(secret) if secret is not None else None)
 
 
 def _parse_ledger(v: Validator, raw: Mapping[str, Any]) -> LedgerConfig:
@@ -332,7 +394,9 @@ def _fields(obj: Any) -> dict[str, Any]:
 def _canonical_hash(cfg: JobConfig) -> str:
     def enc(x: Any) -> Any:
         if hasattr(x, "__dataclass_fields__"):
-            skip = ("config_hash", "source", "runner", "ledger")
+            # the secret file's content is in the ledger's fingerprint (a key check value), not
+            # its location: moving the file changes no released value
+            skip = ("config_hash", "source", "runner", "ledger", "release")
             return {k: enc(v) for k, v in _fields(x).items() if k not in skip}
         if isinstance(x, Fraction):
             return {"fraction": str(x)}

@@ -1,63 +1,67 @@
-"""The release job: job file → checked inputs → Beam pipeline → outputs and manifest.
+"""The release job's launcher: job file → checks → charge → pipeline into staging → publication.
 
-Order matters and is fixed here:
+Order matters and is fixed here (``run_release``):
 
-1. check every input file's schema against the columns the queries need — stop on a mismatch;
-2. plan the release from the job file (budget split, mechanisms) — no data read;
-3. build and run the pipeline: read → validate (dead letters to the operator path) → per query
-   bound contributions and aggregate per partition → the noisy combine (the only noise) → one
-   output file per query, written by the pipeline so that it works on any runner;
-4. the launcher alone writes ``manifest.json`` — public facts from the plan, nothing from the data.
+1. **Check** everything that can be known before the ledger is charged: runner options, the input
+   files and their schemas (no row read), the plan (budget split; user functions imported), public
+   key files (read and typed), the secret file, and that the dead-letter, output and staging
+   locations can be written. A problem here costs nothing: ``ConfigError``, ``SchemaError``,
+   ``OutputLocationError`` or ``KeyFileError`` (exit 2).
+2. **Charge** the ledger, if the job has one, with a fingerprint of everything the release reads
+   (:mod:`.release_inputs`), so a free re-run is refused if anything changed.
+3. **Run** the pipeline (:mod:`.release_graph`) into a staging directory. If it fails, nothing was
+   published: the staging directory is removed, and so are Beam's temporary folders of raw
+   dead-letter rows; the ledger's charge is taken back (a re-run of an earlier charge keeps it).
+4. **Publish** (:mod:`.publish`): check every output, write the manifest — public facts from the
+   plan, the files' sizes and hashes, nothing computed from the data otherwise — last.
+
+Failures after step 1 raise :class:`ReleaseRunError`, whose message names at most a file and the
+kind of fault: library exceptions may quote data and are never shown.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-from apache_beam.pvalue import PCollection
-from apache_beam.transforms import combiners
 
-from transforms.aggregate import BoundAndAggregate, ShardByPerson
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
-from transforms.params import ReleaseParams
-from transforms.validate import ValidateRows
+from transforms.keys import KeyFileError, ReleaseKeys, read_key_file
+from transforms.mechanisms.rng import ReleaseKey, key_check_value, new_release_secret
 
 from . import charging
 from .config import JobConfig
-from .kinds import kind_of
-from .kinds.base import BuildContext
-from .ledger import Reservation
-from .plan import QueryPlan, ReleasePlan, plan_release
-from .public_keys import typed_public_keys
+from .ledger import ReleaseConflictError, Reservation
+from .plan import ReleasePlan, plan_release
+from .public_keys import check_public_keys
+from .publish import (
+    MANIFEST,
+    OutputLocationError,
+    Staging,
+    probe_writable,
+    remove_temporary_folders,
+    staging_parent,
+)
+from .release_graph import build_pipeline, default_shards, required_columns
+from .release_inputs import release_artifacts
 from .runners import check_worker_paths, pipeline_options
-from .sinks import RELEASE_FORMATS, WriteDeadLetters, write_release
-from .sources import InputSchema, ReadArrowTables, inspect_inputs
+from .sinks import RELEASE_FORMATS
+from .sources import InputSchema, input_error_message, inspect_inputs
 
-DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")
-
-
-def default_shards(runner: str, options: PipelineOptions) -> int:
-    """Person shards when the caller names none: 64 on clusters, max(8, 4 × workers) on direct.
-
-    The direct runner holds all data in its worker processes anyway, and each shard costs a fixed
-    overhead (a table through the shuffle, a bounding call): a few shards per worker keep every
-    worker busy. Measured with benchmarks/throughput.py (one in-memory worker, 2.24M rows): 8
-    shards took ~15% less CPU than 64. Shard counts never change released values.
-    """
-    if runner != "direct":
-        return DEFAULT_SHARDS
-    return max(8, 4 * (options.view_as(DirectOptions).direct_num_workers or 1))
+__all__ = [
+    "KeyFileError",
+    "OutputLocationError",
+    "ReleaseResult",
+    "ReleaseRunError",
+    "build_pipeline",
+    "default_shards",
+    "required_columns",
+    "run_release",
+]
 
 
 @dataclass(frozen=True)
@@ -69,128 +73,131 @@ class ReleaseResult:
     reservation: Reservation | None = None  # the ledger's charge (None: the job has no ledger)
 
 
-def required_columns(job: JobConfig) -> dict[str, str]:
-    """Column → kind ("person", "key", "number") for every column a query reads."""
-    columns = {job.input.person: "person"}
-    for q in job.queries:
-        query_kind = kind_of(q)
-        if query_kind is not None:
-            for col, kind in query_kind.required_columns(q).items():
-                columns.setdefault(col, kind)
-            continue
-        for col in q.by:
-            columns.setdefault(col, "key")
-        if q.value is not None:
-            columns.setdefault(q.value, "number")
-    return columns
+class ReleaseRunError(RuntimeError):
+    """A run that stopped after its checks: in the pipeline or while publishing.
 
-
-def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleaseParams:
-    """Public keys read as text are converted to the ``by`` columns' types, so they can match."""
-    if params.public_partitions is None:
-        return params
-    keys = typed_public_keys(params.public_partitions, params.bounding.by, schema)
-    return dataclasses.replace(params, public_partitions=keys)
-
-
-AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
-_ARROW_TYPES = {
-    "float64": pa.float64(),
-    "int64": pa.int64(),
-    "string": pa.string(),
-    "bool": pa.bool_(),
-}
-
-
-def _write_query_output(
-    rows: list[dict[str, Any]],
-    by: pa.Schema,
-    columns: Sequence[tuple[str, str]],
-    path_without_ext: str,
-    fmt: str,
-) -> str:
-    """One query's released rows → one file, sorted by partition key so the bytes are stable.
-
-    Every column has a declared type — the ``by`` columns their input types, the released columns
-    the kind's — never one inferred from the values, so an output's schema does not depend on the
-    data: not on which partitions survived selection, nor on whether a value is missing (⊥).
+    ``input_error``: an input file turned out unreadable while it was read (exit 2).
+    ``charge``: what became of the ledger's charge — ``"none"`` (no ledger), ``"released"``
+    (nothing was published, the charge was taken back), ``"kept"`` (the charge of an earlier run of
+    this release id, or publishing failed part-way: re-run the release id to finish without a new
+    charge). The message never holds a data value: library errors are named by their type only.
     """
-    names = by.names
-    # sorted by partition key, then by the released columns (kinds with several rows and no
-    # partition key, e.g. one row per coordinate), so the bytes never depend on element order
-    order = [*names, *(c for c, _ in columns)]
-    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in order)))
-    fields = [*by, *(pa.field(c, _ARROW_TYPES[t]) for c, t in columns)]
-    schema = pa.schema(fields)
-    table = pa.table({f.name: pa.array([r[f.name] for r in rows], f.type) for f in fields}, schema)
-    return write_release(table, path_without_ext, fmt)
+
+    def __init__(
+        self, message: str, *, input_error: bool, charge: str, release_id: str | None
+    ) -> None:
+        super().__init__(message)
+        self.input_error, self.charge, self.release_id = input_error, charge, release_id
 
 
-def build_pipeline(
-    pipeline: beam.Pipeline,
-    job: JobConfig,
-    plan: ReleasePlan,
-    schema: InputSchema,
-    release_key: ReleaseKey,
-    *,
-    noise: bool = True,
-    num_shards: int | None = None,
-) -> None:
-    """Adds the release's steps to ``pipeline``; ``noise=False`` is a test hook, not config.
+@dataclass(frozen=True)
+class _Checked:
+    """What step 1 established."""
 
-    ``num_shards`` None: :func:`default_shards` for the job's runner and the pipeline's options.
-    """
-    if num_shards is None:
-        num_shards = default_shards(job.runner.name, pipeline.options)
-    tables = pipeline | "Read" >> ReadArrowTables(schema)  # pa.Table of the needed columns
-    validated = tables | "Validate" >> ValidateRows(
-        schema.person,
-        schema.person_type,
-        dict(schema.keys),
-        list(schema.numbers),
+    runner: str
+    options: Any
+    schema: InputSchema
+    plan: ReleasePlan
+    secret_check: str | None  # key check value of [release] secret_path, if any
+
+
+def _check(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
+    """Step 1 (module docstring); raises before anything is charged."""
+    base_dir = Path(job.source).parent if job.source else None
+    runner, options = pipeline_options(
+        job.runner.name, job.runner.options, beam_args, base_dir=base_dir
     )
-    clean = validated.clean  # pa.Table: __person__ (string), keys, numbers (float64)
+    check_worker_paths(
+        job.runner.name,
+        {
+            "input.path": job.input.path,
+            "output.path": job.output.path,
+            "input.dead_letter": job.input.dead_letter,
+            "release.secret_path": job.release.secret_path,
+        },
+    )
+    schema = inspect_inputs(
+        job.input.path, job.input.format, required_columns(job), job.input.declared_types()
+    )
+    plan = plan_release(job)  # imports user functions: a missing one is a ConfigError here
+    check_public_keys(job, schema)
+    key_file = job.release.secret_path
+    secret_check = key_check_value(read_key_file(key_file)) if key_file else None
     if job.input.dead_letter:
-        _ = validated.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
-    bounding_key = release_key.subkey("bounding")
-    out_dir = job.output.path
-    shuffle: list[PCollection[Any]] = []  # built on first use: an unused branch would still run
+        probe_writable(job.input.dead_letter, "input.dead_letter")
+    probe_writable(job.output.path, "output.path")
+    probe_writable(staging_parent(job.output.path), "the directory of output.path (for staging)")
+    return _Checked(runner, options, schema, plan, secret_check)
 
-    def shards() -> PCollection[Any]:
-        """(shard, pa.Table): the release's one shuffle by person, shared by all its queries."""
-        if not shuffle:
-            shuffle.append(clean | "ShardByPerson" >> ShardByPerson(num_shards, bounding_key))
-        return shuffle[0]
 
-    ctx = BuildContext(schema, release_key, noise, num_shards, shards)
-    key_types = dict(schema.keys)
-    for q in plan.queries:
-        if isinstance(q, QueryPlan):
-            params = _typed_public_keys(q.params, schema)
-            name, by = params.name, params.bounding.by
-            columns: tuple[tuple[str, str], ...] = AGGREGATE_COLUMNS
-            released = (
-                shards()
-                | f"{name}/BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
-                # (partition_key, PartitionStats)
-                | f"{name}/Release" >> ReleaseNoisily(params, release_key, noise=noise)
-            )  # {by..., value, stddev}
-        else:
-            name, by, columns = q.name, q.by, q.output_columns
-            kind = kind_of(job.queries[plan.queries.index(q)])
-            assert kind is not None  # a plan that is not a QueryPlan comes from a kind
-            released = kind.expand(clean, q, ctx)  # {by..., *output_columns}
-        _ = (
-            released
-            | f"{name}/Collect" >> combiners.ToList()
-            | f"{name}/Write"
-            >> beam.Map(
-                _write_query_output,
-                pa.schema([pa.field(c, key_types[c]) for c in by]),
-                columns,
-                FileSystems.join(out_dir, name),
-                job.output.format,
+def _release_keys(
+    job: JobConfig, reservation: Reservation | None, release_key: ReleaseKey | None
+) -> ReleaseKeys:
+    if release_key is not None:  # test hook: a fixed secret
+        if job.ledger is not None or job.release.secret_path is not None:
+            raise ValueError(
+                "release_key is a test hook for jobs without a [ledger] or secret_path: those "
+                "take their secret from the ledger or the key file"
             )
+        return ReleaseKeys(release_key)
+    secret = reservation.secret if reservation is not None else new_release_secret()
+    return ReleaseKeys.from_secret(secret, job.release.secret_path)
+
+
+def _refund(job: JobConfig, reservation: Reservation | None) -> str:
+    """After a pipeline failure (nothing published): the charge's fate, for ReleaseRunError."""
+    if reservation is None:
+        return "none"
+    if reservation.rerun:
+        return "kept"  # an earlier run of this id may have published: its charge stands
+    charging.cancel(job, reservation)
+    return "released"
+
+
+def _run_into_staging(
+    job: JobConfig,
+    c: _Checked,
+    keys: ReleaseKeys,
+    staging: Staging,
+    filenames: Mapping[str, str],
+    *,
+    noise: bool,
+    num_shards: int | None,
+) -> dict[str, dict[str, object]]:
+    """Step 3: the pipeline writes every output into ``staging``; their sizes and hashes."""
+    with beam.Pipeline(runner=c.runner, options=c.options) as pipeline:
+        build_pipeline(
+            pipeline, job, c.plan, c.schema, keys,
+            out_dir=staging.path, noise=noise, num_shards=num_shards,
+        )  # fmt: skip
+    return staging.file_facts(filenames)
+
+
+def _manifest(
+    c: _Checked,
+    filenames: Mapping[str, str],
+    files: Mapping[str, Any],
+    reservation: Reservation | None,
+) -> bytes:
+    manifest = c.plan.to_manifest()
+    manifest["outputs"] = dict(filenames)
+    manifest["files"] = dict(files)
+    if reservation is not None:
+        manifest["ledger"] = reservation.to_manifest()
+    return json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def _refuse_changed_rerun(job: JobConfig, reservation: Reservation | None, manifest: bytes) -> None:
+    """A re-run of a published release must write the published bytes: checked before any of
+    them is replaced (the fingerprint makes a difference a bug, never a leak)."""
+    if reservation is None or not reservation.rerun:
+        return
+    earlier = charging.published_manifest_hash(job, reservation)
+    if earlier is not None and earlier != charging.manifest_hash(manifest):
+        raise ReleaseConflictError(
+            f"release {reservation.release_id!r} re-ran but its outputs differ from the "
+            f"published ones (manifest hash {earlier}): nothing was published; this is a bug, "
+            "please report it"
         )
 
 
@@ -203,50 +210,60 @@ def run_release(
     noise: bool = True,
     num_shards: int | None = None,
 ) -> ReleaseResult:
-    """Checks inputs, plans, charges the ledger (if the job has one), runs the pipeline, then
-    writes the manifest and records the release in the ledger.
+    """Checks, charges, runs into staging and publishes a release (module docstring).
+
+    Raises ``ConfigError``/``SchemaError``/``OutputLocationError``/``KeyFileError`` before
+    anything is charged, the ledger's errors when it refuses, :class:`ReleaseRunError` after.
 
     ``release_id`` overrides ``[ledger] release_id``. ``release_key`` and ``noise=False`` are test
-    hooks (a fixed secret; exact values), not reachable from the job file or the command line; a
-    job with a ledger takes its secret from the ledger, so ``release_key`` is refused there.
+    hooks (a fixed secret; exact values), not reachable from the job file or the command line.
     """
-    base_dir = Path(job.source).parent if job.source else None
-    runner, options = pipeline_options(
-        job.runner.name, job.runner.options, beam_args, base_dir=base_dir
-    )  # wrong runner options stop the job here, before anything is read or charged
-    check_worker_paths(
-        job.runner.name,
-        {
-            "input.path": job.input.path,
-            "output.path": job.output.path,
-            "input.dead_letter": job.input.dead_letter,
-        },
-    )
-    schema = inspect_inputs(job.input.path, job.input.format, required_columns(job))
-    plan = plan_release(job)
-    if job.input.person_type and job.input.person_type != schema.person_type:
-        schema = dataclasses.replace(schema, person_type=job.input.person_type)
+    c = _check(job, beam_args)
     reservation = None
     if job.ledger is not None:
-        if release_key is not None:
-            raise ValueError("a job with a [ledger] takes its release secret from the ledger")
-        reservation = charging.reserve(job, plan, schema.files, release_id)  # may refuse
-        release_key = reservation.key
-    key = release_key or ReleaseKey.generate()
-    with beam.Pipeline(runner=runner, options=options) as pipeline:
-        build_pipeline(pipeline, job, plan, schema, key, noise=noise, num_shards=num_shards)
-    outputs = {
-        q.name: os.path.join(job.output.path, q.name) + RELEASE_FORMATS[job.output.format]
-        for q in plan.queries
-    }
-    manifest = plan.to_manifest()
-    manifest["outputs"] = {name: os.path.basename(path) for name, path in outputs.items()}
+        artifacts = release_artifacts(job, c.secret_check)
+        reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
+    try:
+        keys = _release_keys(job, reservation, release_key)
+        staging = Staging.create(job.output.path)
+    except BaseException:
+        _refund(job, reservation)
+        raise
+    filenames = {q.name: q.name + RELEASE_FORMATS[job.output.format] for q in c.plan.queries}
+    rid = reservation.release_id if reservation is not None else None
+    try:
+        files = _run_into_staging(
+            job, c, keys, staging, filenames, noise=noise, num_shards=num_shards
+        )
+    except BaseException as e:
+        staging.discard()
+        remove_temporary_folders(job.input.dead_letter)
+        charge = _refund(job, reservation)
+        if not isinstance(e, Exception):
+            raise  # KeyboardInterrupt and the like: cleaned up, then passed on
+        found = input_error_message(e)
+        raise ReleaseRunError(
+            found or f"the pipeline failed ({type(e).__name__}); nothing was published",
+            input_error=found is not None,
+            charge=charge,
+            release_id=rid,
+        ) from e
+    manifest = _manifest(c, filenames, files, reservation)
+    try:
+        _refuse_changed_rerun(job, reservation, manifest)
+    except BaseException:
+        staging.discard()
+        raise
+    try:
+        published = staging.publish(filenames, manifest)
+    except Exception as e:
+        raise ReleaseRunError(
+            f"publishing the outputs in {job.output.path} failed ({type(e).__name__}): the "
+            "directory has no manifest, i.e. no complete release",
+            input_error=False,
+            charge="kept" if reservation is not None else "none",
+            release_id=rid,
+        ) from e
     if reservation is not None:
-        manifest["ledger"] = reservation.to_manifest()
-    manifest_bytes = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-    manifest_path = os.path.join(job.output.path, "manifest.json")
-    with FileSystems.create(manifest_path) as f:
-        f.write(manifest_bytes)
-    if reservation is not None:
-        charging.complete(job, reservation, outputs, manifest_bytes)
-    return ReleaseResult(outputs, manifest_path, reservation)
+        charging.complete(job, reservation, published, manifest)
+    return ReleaseResult(published, FileSystems.join(job.output.path, MANIFEST), reservation)

@@ -95,3 +95,19 @@ def print_runner(job: JobConfig, beam_args: Sequence[str], out: TextIO) -> None:
     out.write(f"\nrunner {job.runner.name}:\n")
     for key, value in resolved.items():
         out.write(f"  {key} = {value!r}\n")
+
+
+def print_keys(job: JobConfig, out: TextIO) -> None:
+    """Where the noise keys live: in the job graph, or in a key file the workers read."""
+    if job.release.secret_path is None:
+        out.write(
+            "\nnoise keys: derived per query from the release secret and carried INSIDE THE JOB "
+            "GRAPH: whoever can read the submitted job (a Dataflow staging bucket, a Flink job "
+            "server) can recompute the noise. Set [release] secret_path to a key file the workers "
+            "read (`userdp keygen PATH`) to keep them out (docs/threat-model.md).\n"
+        )
+    else:
+        out.write(
+            f"\nnoise keys: derived on the workers from the key file {job.release.secret_path} "
+            "(release.secret_path); the job graph holds only its path and a per-release nonce.\n"
+        )

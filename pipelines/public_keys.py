@@ -1,15 +1,28 @@
 """Public partition keys: read from the job's key file, and typed like the ``by`` columns.
 
 A query with ``partitions = "keys.csv"`` releases exactly the listed keys (absent ones as noise
-only). The file is public, so the launcher reads it while planning; keys read as text are then
-converted to the ``by`` columns' input types (from the schema check) so they match the data.
-Every kind with public partitions uses these two functions.
+only). The file is public, so the launcher reads it while planning, and every key is converted to
+its ``by`` column's type (from the schema check) *before* the ledger is charged
+(:func:`check_public_keys`): a key that cannot have that type is a :class:`ConfigError` naming the
+file, the row and the column, never something found on a worker after noise was drawn.
+
+Accepted files: CSV (UTF-8, an optional byte-order mark, a header row naming the ``by`` columns,
+then one key per row) or JSON (a list of values, of lists, or of objects keyed by the ``by``
+columns). Key values by column type:
+
+- string: any text (a JSON string; a CSV field);
+- int: an integer in the int64 range (a JSON integer, or CSV text of digits with an optional sign);
+- bool: ``true``/``false`` in any case, or ``1``/``0`` (JSON booleans too).
+
+NaN, infinities, objects or lists as key values, numbers for string columns, fields over the CSV
+module's limit, deeply nested JSON and integers of thousands of digits are refused.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,32 +34,85 @@ if TYPE_CHECKING:
     from .sources import InputSchema
 
 Keys = tuple[tuple[object, ...], ...]
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+_INT64 = (-(2**63), 2**63 - 1)
+_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
+
+
+class _BadKeysError(ValueError):
+    """Why a key file is refused (no key values in the message)."""
+
+
+def _json_rows(text: str, by: tuple[str, ...]) -> list[tuple[object, ...]]:
+    def no_constants(name: str) -> Any:  # NaN, Infinity, -Infinity: not JSON values, not keys
+        raise _BadKeysError(f"{name} is not a key value for by = {list(by)}")
+
+    try:
+        raw = json.loads(text, parse_constant=no_constants)
+    except _BadKeysError:
+        raise
+    except RecursionError:
+        raise _BadKeysError("JSON nested too deeply") from None
+    except ValueError as e:  # JSON syntax, or an integer beyond Python's digit limit
+        raise _BadKeysError(f"not valid JSON ({type(e).__name__})") from None
+    if not isinstance(raw, list):
+        raise _BadKeysError("the JSON value is not a list")
+    rows = []
+    for i, r in enumerate(raw):
+        if isinstance(r, dict) and set(r) == set(by):
+            key = tuple(r[c] for c in by)
+        elif isinstance(r, list) and len(r) == len(by):
+            key = tuple(r)
+        elif len(by) == 1 and not isinstance(r, (dict, list)):
+            key = (r,)
+        else:
+            raise _BadKeysError(f"item {i} is not a key for by = {list(by)}")
+        for c, v in zip(by, key, strict=True):
+            if v is None or isinstance(v, (dict, list)):
+                raise _BadKeysError(f"item {i}, column {c!r}: not a string, integer or boolean")
+        rows.append(key)
+    return rows
+
+
+def _csv_rows(text: str, by: tuple[str, ...]) -> list[tuple[object, ...]]:
+    try:
+        reader = csv.reader(text.splitlines())
+        header = next(reader, None)
+        if header is None or set(by) - set(header):
+            raise _BadKeysError(f"its header is {header}, not one naming the by columns {list(by)}")
+        if any(header.count(c) > 1 for c in by):
+            raise _BadKeysError("a by column appears twice in the header")
+        at = [header.index(c) for c in by]
+        rows: list[tuple[object, ...]] = []
+        for n, fields in enumerate(reader, start=2):
+            if not fields:
+                continue  # a blank line
+            if len(fields) != len(header):
+                raise _BadKeysError(f"row {n} has {len(fields)} fields, the header {len(header)}")
+            rows.append(tuple(fields[i] for i in at))
+    except csv.Error as e:  # e.g. a field over the csv module's size limit
+        raise _BadKeysError(f"malformed CSV ({type(e).__name__})") from None
+    return rows
 
 
 def read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> Keys:
-    """The distinct keys of ``q.partitions`` (CSV with a header of the by columns, or JSON)."""
+    """The distinct keys of ``q.partitions``, as written (typed later by ``typed_public_keys``)."""
     path, key = str(q.partitions), f"queries[{i}].partitions"
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            if path.lower().endswith(".json"):
-                raw = json.load(f)
-                rows = [_json_key(r, q.by) for r in raw] if isinstance(raw, list) else None
-            else:
-                reader = csv.DictReader(f)
-                if reader.fieldnames is None or set(q.by) - set(reader.fieldnames):
-                    raise ConfigError(
-                        key,
-                        path,
-                        f"a CSV whose header has the by columns {list(q.by)}",
-                        f"its header is {reader.fieldnames}",
-                        job.source,
-                    )
-                rows = [tuple(r[c] for c in q.by) for r in reader]
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(
-            key, path, "a readable CSV or JSON file of public keys", str(e), job.source
-        ) from e
-    if not rows or any(r is None for r in rows):
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8-sig")  # a byte-order mark is allowed
+        parse = _json_rows if path.lower().endswith(".json") else _csv_rows
+        rows = parse(text, q.by)
+    except OSError as e:
+        raise ConfigError(key, path, "a readable CSV or JSON file of public keys",
+                          e.strerror or type(e).__name__, job.source) from None  # fmt: skip
+    except UnicodeDecodeError:
+        raise ConfigError(key, path, "a UTF-8 file of public keys", "it is not UTF-8",
+                          job.source) from None  # fmt: skip
+    except _BadKeysError as e:
+        raise ConfigError(key, path, "a CSV or JSON file of public keys", str(e),
+                          job.source) from None  # fmt: skip
+    if not rows:
         raise ConfigError(
             key,
             path,
@@ -55,37 +121,63 @@ def read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> Keys:
             "columns, then one key per row",
             job.source,
         )
-    return tuple(dict.fromkeys(r for r in rows if r is not None))
-
-
-def _json_key(r: Any, by: tuple[str, ...]) -> tuple[object, ...] | None:
-    if isinstance(r, dict) and set(r) == set(by):
-        return tuple(r[c] for c in by)
-    if isinstance(r, list) and len(r) == len(by):
-        return tuple(r)
-    return (r,) if len(by) == 1 and isinstance(r, (str, int, float)) else None
+    try:
+        return tuple(dict.fromkeys(rows))
+    except TypeError:  # unreachable after the checks above; kept as a clear message
+        raise ConfigError(key, path, "hashable key values", "", job.source) from None
 
 
 def typed_public_keys(keys: Keys, by: Sequence[str], schema: InputSchema) -> Keys:
     """``keys`` converted to the input types of the ``by`` columns, duplicates removed.
 
-    Integers and floats are parsed from their text; booleans accept true/false (any case) or
-    1/0; other text stays text and then matches no row (the key is released as noise only).
+    Raises ``ValueError`` (``"row N, column C: …"``, no value) for a key that cannot have its
+    column's type; :func:`check_public_keys` turns it into a ConfigError before the charge.
     """
     types = dict(schema.keys)
-    return tuple(
-        dict.fromkeys(
-            tuple(_typed(types[c], v) for c, v in zip(by, key, strict=True)) for key in keys
-        )
-    )
+    out = []
+    for n, key in enumerate(keys, start=1):
+        out.append(tuple(_typed(types[c], v, n, c) for c, v in zip(by, key, strict=True)))
+    return tuple(dict.fromkeys(out))
 
 
-def _typed(t: pa.DataType, v: Any) -> object:
+def _typed(t: pa.DataType, v: Any, n: int, column: str) -> object:
     import pyarrow as pa  # noqa: PLC0415 (planning never needs it)
 
+    where = f"key {n}, column {column!r}"
     if pa.types.is_boolean(t):
-        text = str(v).strip().lower()
-        return True if text in ("true", "1") else False if text in ("false", "0") else str(v)
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in _BOOL_TEXT:
+            return _BOOL_TEXT[v.strip().lower()]
+        raise ValueError(f"{where}: not a boolean (true/false or 1/0)")
     if pa.types.is_integer(t):
-        return int(str(v))
-    return float(str(v)) if pa.types.is_floating(t) else str(v)
+        if isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, int) or not _INT64[0] <= v <= _INT64[1]:
+            raise ValueError(f"{where}: not an integer in the int64 range")
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"{where}: not a string (the column is text)")
+    return v
+
+
+def check_public_keys(job: JobConfig, schema: InputSchema) -> None:
+    """Reads and types every query's key file now, so a bad key stops the run before the charge."""
+    for i, q in enumerate(job.queries):
+        if q.partitions in (None, "private"):
+            continue
+        try:
+            typed_public_keys(read_public_keys(job, i, q), q.by, schema)
+        except ValueError as e:
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(
+                f"queries[{i}].partitions", q.partitions,
+                f"keys of the by columns' input types ({_types(q.by, schema)})", str(e),
+                job.source,
+            ) from None  # fmt: skip
+
+
+def _types(by: Sequence[str], schema: InputSchema) -> str:
+    types = dict(schema.keys)
+    return ", ".join(f"{c}: {types[c]}" for c in by)

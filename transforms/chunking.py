@@ -19,7 +19,7 @@ Input: clean ``pa.Table`` elements (``ValidateRows(...).clean``; ``docs/release-
    adding or removing a person still changes only one answer (``docs/sample_aggregate.md``).
 4. **Release.** The k answers are collected on one worker and released by the aggregator of
    :mod:`transforms.mechanisms.sample_aggregate` — the only step that draws noise, from
-   ``release_key.rng(name, "sample_aggregate", "value")``.
+   the query's noise key, ``key.rng("sample_aggregate", "value")``.
 
 Steps 1–3 are not private on their own; only the output of :class:`SampleAndAggregate` may leave.
 Failures of the function are silent by design: which chunk failed is a fact about the data.
@@ -40,8 +40,8 @@ from apache_beam.transforms import combiners
 
 from .aggregate import split_by_shard
 from .bounding import PERSON_COLUMN, check_bounding_key, person_shards
+from .keys import KeySource, NoiseKey
 from .mechanisms.additive import LaplaceMechanism
-from .mechanisms.rng import ReleaseKey
 from .mechanisms.sample_aggregate import (
     Answer,
     ChunkFunction,
@@ -55,12 +55,12 @@ from .mechanisms.sample_aggregate import (
 NOISE_LABEL = "sample_aggregate"
 
 
-def chunk_key(release_key: ReleaseKey, name: str) -> bytes:
+def chunk_key(keys: KeySource, name: str) -> bytes:
     """The 32-byte key of a query's person → chunk hash, derived from the release secret.
 
     A subkey per query: distinct from the bounding key and every noise stream (labels differ).
     """
-    return release_key.subkey("chunks", name)
+    return keys.subkey("chunks", name)
 
 
 def chunk_ids(persons: pa.ChunkedArray | pa.Array, chunks: int, key: bytes) -> np.ndarray:
@@ -202,11 +202,11 @@ def _distinct_persons(table: pa.Table) -> list[str]:
 class _ChooseChunks:
     """Exact person count → k = default_chunks(Laplace-noised count); the count never leaves."""
 
-    def __init__(self, params: SampleAggregateParams, release_key: ReleaseKey, noise: bool):
+    def __init__(self, params: SampleAggregateParams, key: NoiseKey, noise: bool):
         assert params.count_epsilon is not None  # SampleAggregateParams guarantees it
         self._mechanism = LaplaceMechanism(1.0, params.count_epsilon)
-        self._rng_label = (params.name, NOISE_LABEL, "persons")
-        self._key = release_key
+        self._rng_label = (NOISE_LABEL, "persons")
+        self._key = key
         self._noise = noise
 
     def __call__(self, persons: int) -> int:
@@ -219,9 +219,9 @@ class _ChooseChunks:
 class _ReleaseAnswers:
     """The k (chunk, answer) pairs → one output row per coordinate of the private aggregate."""
 
-    def __init__(self, params: SampleAggregateParams, release_key: ReleaseKey, noise: bool):
+    def __init__(self, params: SampleAggregateParams, key: NoiseKey, noise: bool):
         self._params = params
-        self._key = release_key
+        self._key = key
         self._noise = noise
 
     def rows(self, answers: list[tuple[int, Answer]], chunks: int) -> Iterator[dict[str, Any]]:
@@ -235,7 +235,7 @@ class _ReleaseAnswers:
         aggregator = self._params.aggregator_for(chunks)
         values = [a for _, a in answers]
         if self._noise:
-            rng = self._key.rng(self._params.name, NOISE_LABEL, "value")
+            rng = self._key.rng(NOISE_LABEL, "value")
             released: tuple[Any, ...] = aggregator.release(values, rng)
         else:
             released = aggregator.statistic(values)
@@ -258,22 +258,24 @@ class SampleAndAggregate(beam.PTransform[Any, Any]):
 
     Args:
       params: the query.
-      release_key: the release secret (pickles with it: trusted workers only).
+      keys: the source of the query's noise key (``keys.for_query(name)``) and chunk key
+        (``chunk_key``), both derived here: the steps hold only these, never the release secret.
       noise: **test hook only**, never set from a job file: ``False`` releases the exact
         aggregate (clipped mean / median of the chunk answers) and takes k from the exact person
         count. Outputs with ``noise=False`` are not private.
     """
 
     def __init__(
-        self, params: SampleAggregateParams, release_key: ReleaseKey, *, noise: bool = True
+        self, params: SampleAggregateParams, keys: KeySource, *, noise: bool = True
     ) -> None:
         super().__init__()
-        if not isinstance(release_key, ReleaseKey):
-            raise TypeError(f"release_key must be a ReleaseKey, got {type(release_key).__name__}")
+        if not hasattr(keys, "for_query"):
+            raise TypeError(f"keys must be a ReleaseKey or ReleaseKeys, got {type(keys).__name__}")
         resolve_function(params.function)
         check_input_kind(params.input_kind)
         self._params = params
-        self._release_key = release_key
+        self._key = keys.for_query(params.name)
+        self._chunk_key = chunk_key(keys, params.name)
         self._noise = noise
 
     def expand(self, tables: PCollection[Any]) -> PCollection[Any]:
@@ -286,12 +288,12 @@ class SampleAndAggregate(beam.PTransform[Any, Any]):
                 | "DistinctPersons" >> beam.Distinct()
                 | "CountPersons" >> combiners.Count.Globally()
                 # k from the Laplace-noised count (the count itself never leaves)
-                | "ChooseK" >> beam.Map(_ChooseChunks(p, self._release_key, self._noise))
+                | "ChooseK" >> beam.Map(_ChooseChunks(p, self._key, self._noise))
             )
         else:
             chunks = tables.pipeline | "CreateK" >> beam.Create([p.chunks])
-        key = chunk_key(self._release_key, p.name)
-        release = _ReleaseAnswers(p, self._release_key, self._noise)
+        key = self._chunk_key
+        release = _ReleaseAnswers(p, self._key, self._noise)
         rows: PCollection[Any] = (
             tables
             # (chunk, answer) for every chunk in [0, k)

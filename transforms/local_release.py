@@ -10,7 +10,7 @@ place. So the steps are
 2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
    10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design);
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
-   ``release_key.rng(query, "value")``.
+   the query's noise key, ``key.rng("value")``.
 
 Guarantee: the wrapped mechanism's (pure ε, (ε, δ) or ρ-zCDP, stated in its docstring; proofs in
 ``docs/local_sensitivity.md``) for add/remove one person — the per-person reduction turns a person
@@ -42,10 +42,10 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
 from .bounding import PERSON_COLUMN
+from .keys import KeySource, NoiseKey
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
-from .mechanisms.rng import ReleaseKey
 from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
 from .per_person import ReducePerPerson
@@ -95,17 +95,15 @@ def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
 class _ReleaseValue:
     """values → the output row {value, released}; pure given the rng label (a Beam Map)."""
 
-    def __init__(
-        self, mechanism: PerPersonMechanism, release_key: ReleaseKey, query: str, noise: bool
-    ) -> None:
-        self._mechanism, self._key, self._query, self._noise = mechanism, release_key, query, noise
+    def __init__(self, mechanism: PerPersonMechanism, key: NoiseKey, noise: bool) -> None:
+        self._mechanism, self._key, self._noise = mechanism, key, noise
 
     def __call__(self, values: F64) -> dict[str, Any]:
         value: float | None
         if not self._noise:
             value = exact_statistic(self._mechanism, values)
         else:
-            out = self._mechanism.release(values, self._key.rng(self._query, "value"))
+            out = self._mechanism.release(values, self._key.rng("value"))
             value = out.value if isinstance(out, LadderRelease) else out
         return {"value": None if value is None else float(value), "released": value is not None}
 
@@ -118,8 +116,9 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
       mechanism: the planned core mechanism (smooth-sensitivity quantile, PTR quantile or mean,
         or the PTR ladder); its guarantee is the release's.
       reduction, value: the per-person reduction and the column it reads (None for ``count``).
-      release_key: the release secret; noise from ``release_key.rng(query, "value")``.
-      query: the query's name (the noise label).
+      keys: the query's noise key is ``keys.for_query(query)`` (derived here; the step holds only
+        it), noise from ``key.rng("value")``.
+      query: the query's name.
       noise: False only from tests: the exact statistic instead of a release.
     """
 
@@ -129,7 +128,7 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         reduction: str,
         value: str | None,
         *,
-        release_key: ReleaseKey,
+        keys: KeySource,
         query: str,
         noise: bool = True,
     ) -> None:
@@ -139,8 +138,10 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 "mechanism must be SmoothQuantile, PTRQuantile, PTRMean or LadderPTR, got "
                 f"{type(mechanism).__name__}"
             )
-        self._per_person = ReducePerPerson(reduction, value)
-        self._release = _ReleaseValue(mechanism, release_key, query, noise)
+        # rows clamped to the mechanism's bounds before they are combined: no row value (±inf,
+        # 1e308 twice) can make a per-person value NaN or infinite and the release raise
+        self._per_person = ReducePerPerson(reduction, value, (mechanism.lower, mechanism.upper))
+        self._release = _ReleaseValue(mechanism, keys.for_query(query), noise)
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (
@@ -180,17 +181,16 @@ class _ReleaseTop:
         self,
         mechanism: StableTopPartition,
         by: Sequence[str],
-        release_key: ReleaseKey,
-        query: str,
+        key: NoiseKey,
         noise: bool,
     ) -> None:
         self._mechanism, self._by = mechanism, tuple(by)
-        self._key, self._query, self._noise = release_key, query, noise
+        self._key, self._noise = key, noise
 
     def __call__(self, counts: dict[PartitionKey, int]) -> dict[str, Any]:
         top: Hashable | None
         if self._noise:
-            top = self._mechanism.release(counts, self._key.rng(self._query, "value"))
+            top = self._mechanism.release(counts, self._key.rng("value"))
         else:
             top = top_partition_distance(counts)[0]
         key = (None,) * len(self._by) if top is None else cast(PartitionKey, top)
@@ -206,7 +206,7 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
     Args:
       mechanism: the planned :class:`~transforms.mechanisms.stability.StableTopPartition`.
       by: the partition columns (keys are tuples of their values).
-      release_key, query, noise: as for :class:`ReleasePerPersonStatistic`.
+      keys, query, noise: as for :class:`ReleasePerPersonStatistic`.
     """
 
     def __init__(
@@ -214,7 +214,7 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
         mechanism: StableTopPartition,
         by: Sequence[str],
         *,
-        release_key: ReleaseKey,
+        keys: KeySource,
         query: str,
         noise: bool = True,
     ) -> None:
@@ -224,7 +224,7 @@ class ReleaseTopPartition(beam.PTransform[Any, Any]):
         if not by:
             raise ValueError("top partition needs at least one `by` column")
         self._by = tuple(by)
-        self._release = _ReleaseTop(mechanism, by, release_key, query, noise)
+        self._release = _ReleaseTop(mechanism, by, keys.for_query(query), noise)
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (

@@ -2,7 +2,7 @@
 
 :class:`ReleaseNoisily` turns exact per-partition statistics (:mod:`transforms.aggregate`) into
 output rows ``{<by columns>: key values, "value": float, "stddev": float}``. Every draw comes from
-``release_key.rng(query name, canonical_key_string(partition key), purpose)``, purpose one of
+the query's noise key, ``key.rng(canonical_key_string(partition key), purpose)``, purpose one of
 ``"select"``, ``"value"``, ``"count"``: a retry or a re-run with the same release secret publishes
 the same numbers, and different partitions or purposes draw independent noise.
 
@@ -33,13 +33,13 @@ import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
 from .bounding import ZERO_STATS, PartitionKey, PartitionStats
+from .keys import KeySource, NoiseKey
 from .mechanisms.discrete import discrete_laplace_std
 from .mechanisms.partition_selection import (
     Decision,
     GaussianThresholding,
     LaplaceThresholding,
 )
-from .mechanisms.rng import ReleaseKey
 from .params import ReleaseParams
 
 
@@ -80,9 +80,9 @@ def _selection_std(rule: LaplaceThresholding | GaussianThresholding) -> float:
 class _ReleasePartition:
     """Releases one partition (pure given the rng labels; wrapped by a Beam FlatMap)."""
 
-    def __init__(self, params: ReleaseParams, release_key: ReleaseKey, noise: bool) -> None:
+    def __init__(self, params: ReleaseParams, key: NoiseKey, noise: bool) -> None:
         self._params = params
-        self._key = release_key
+        self._key = key
         self._noise = noise
 
     def __call__(self, key: PartitionKey, stats: PartitionStats) -> Iterator[dict[str, Any]]:
@@ -94,7 +94,7 @@ class _ReleasePartition:
             if stats.persons < 1:
                 return
         elif selection is not None:
-            decision = selection.decide(stats.persons, self._key.rng(p.name, label, "select"))
+            decision = selection.decide(stats.persons, self._key.rng(label, "select"))
             if isinstance(decision, Decision):
                 if not decision.keep:
                     return  # the noisy count of a dropped partition must never leave
@@ -115,7 +115,7 @@ class _ReleasePartition:
         mechanism = p.count_noise if count else p.noise
         if not self._noise or mechanism is None:
             return float(exact)
-        return mechanism.release(Fraction(exact), self._key.rng(p.name, label, purpose))
+        return mechanism.release(Fraction(exact), self._key.rng(label, purpose))
 
     def _value(
         self, label: str, stats: PartitionStats, noisy_persons: int | None
@@ -164,19 +164,19 @@ class ReleaseNoisily(beam.PTransform[Any, Any]):
 
     Args:
       params: the query's release parameters (metric, mechanisms, partition policy).
-      release_key: the release secret as a stream factory (pickles with the secret: trusted
-        workers only).
+      keys: where the query's noise key comes from (``keys.for_query(params.name)``, derived
+        here: the step holds only this query's key, never the release secret).
       noise: **test hook only**, never set from a job file: ``False`` releases exact values and
         keeps every private partition with at least one person, so wiring tests can assert exact
         numbers. Outputs with ``noise=False`` are not private.
     """
 
-    def __init__(self, params: ReleaseParams, release_key: ReleaseKey, *, noise: bool = True):
+    def __init__(self, params: ReleaseParams, keys: KeySource, *, noise: bool = True):
         super().__init__()
-        if not isinstance(release_key, ReleaseKey):
-            raise TypeError(f"release_key must be a ReleaseKey, got {type(release_key).__name__}")
+        if not hasattr(keys, "for_query"):
+            raise TypeError(f"keys must be a ReleaseKey or ReleaseKeys, got {type(keys).__name__}")
         self._params = params
-        self._release_key = release_key
+        self._key = keys.for_query(params.name)
         self._noise = noise
         public = params.public_partitions
         if public is None and not params.bounding.by:
@@ -201,6 +201,6 @@ class ReleaseNoisily(beam.PTransform[Any, Any]):
             stats
             # {<by columns>: ..., "value": float, "stddev": float}
             | "ReleasePartition"
-            >> beam.FlatMapTuple(_ReleasePartition(self._params, self._release_key, self._noise))
+            >> beam.FlatMapTuple(_ReleasePartition(self._params, self._key, self._noise))
         )
         return rows

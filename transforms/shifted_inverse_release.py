@@ -14,7 +14,7 @@ Both mechanisms see the data through a few small statistics per partition, so th
    gathered rows (:class:`GatherRows`, distinct counts and quantiles only). Each is associative and
    lifted by Beam before the shuffle, and gives the same output whatever the split of the input;
 4. one ``Map`` per partition that computes the down values and draws the release from
-   ``release_key.rng(query, partition, purpose)`` — the only randomness.
+   the query's noise key, ``key.rng(partition, purpose)`` — the only randomness.
 
 Nothing here is private on its own until step 4; nothing computed from the data leaves otherwise.
 Guarantees (add/remove one person) are the core's: :class:`~.mechanisms.shifted_inverse.
@@ -46,9 +46,9 @@ import pyarrow.compute as pc
 from apache_beam.pvalue import PCollection
 
 from .bounding import PERSON_COLUMN
+from .keys import KeySource, NoiseKey
 from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from .mechanisms.auto_bound import ClampChoiceParams
-from .mechanisms.rng import ReleaseKey
 from .mechanisms.shifted_inverse import (
     ShiftedInverseParams,
     shifted_inverse,
@@ -527,15 +527,15 @@ class _ReleasePartition:
     """(partition key, combined statistics) → the output row; noise from (query, key, purpose)."""
 
     def __init__(
-        self, query: ShiftedInverseQuery | AutoBoundQuery, release_key: ReleaseKey, noise: bool
+        self, query: ShiftedInverseQuery | AutoBoundQuery, key: NoiseKey, noise: bool
     ) -> None:
-        self._query, self._key, self._noise = query, release_key, noise
+        self._query, self._key, self._noise = query, key, noise
 
     def __call__(self, key: Key, stats: Any) -> dict[str, Any]:
         q, label = self._query, canonical_key_string(key)
 
         def rng(purpose: str) -> Any:
-            return self._key.rng(q.name, label, purpose)
+            return self._key.rng(label, purpose)
 
         row: dict[str, Any] = dict(zip(q.contributions.by, key, strict=True))
         if isinstance(q, ShiftedInverseQuery):
@@ -558,7 +558,8 @@ class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
     Args:
       query: a :class:`ShiftedInverseQuery` or :class:`AutoBoundQuery` (its guarantee is the
         release's, per partition; L partitions per person compose).
-      release_key: the release secret; noise from ``release_key.rng(name, partition, purpose)``.
+      keys: the query's noise key is ``keys.for_query(name)`` (derived here; the step holds only
+        it), noise from ``key.rng(partition, purpose)``.
       noise: False only from tests: the exact statistic (auto bound: the best-scoring clamp).
     """
 
@@ -566,13 +567,13 @@ class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
         self,
         query: ShiftedInverseQuery | AutoBoundQuery,
         *,
-        release_key: ReleaseKey,
+        keys: KeySource,
         noise: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(query, (ShiftedInverseQuery, AutoBoundQuery)):
             raise TypeError(f"query must be a planned query, got {type(query).__name__}")
-        self._query, self._noise, self._release_key = query, noise, release_key
+        self._query, self._noise, self._key = query, noise, keys.for_query(query.name)
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         q = self._query
@@ -589,6 +590,6 @@ class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
             (contributions, empty)
             | "WithPublicKeys" >> beam.Flatten()
             | "Combine" >> beam.CombinePerKey(fn)  # (key, sufficient statistics), lifted
-            | "Release" >> beam.MapTuple(_ReleasePartition(q, self._release_key, self._noise))
+            | "Release" >> beam.MapTuple(_ReleasePartition(q, self._key, self._noise))
         )
         return out

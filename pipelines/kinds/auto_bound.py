@@ -155,7 +155,7 @@ class AutoBoundKind:
             "gaussian" if plan.noise == "gaussian" else "laplace"
         )
         query = AutoBoundQuery(plan.name, spec, plan.choice, noise, plan.epsilon, plan.rho)
-        release = ReleaseShiftedInverse(query, release_key=ctx.release_key, noise=ctx.noise)
+        release = ReleaseShiftedInverse(query, keys=ctx.keys, noise=ctx.noise)
         out: PCollection[dict[str, Any]] = ctx.shards() | f"{plan.name}/AutoBound" >> release
         return out  # {by..., value, stddev, bound}
 

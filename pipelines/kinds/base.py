@@ -12,7 +12,8 @@ A kind is three steps, each at its own time:
    clean rows (``pa.Table`` batches with ``__person__`` as a canonical string, the ``by`` key
    columns and float64 number columns); its output is a PCollection of one dict per released row
    with the ``by`` columns and the kind's :attr:`KindPlan.output_columns`. Noise is drawn only in
-   the kind's final combine, from ``release_key`` keyed by (query, partition).
+   the kind's final combine, from its own query's key ``ctx.keys.for_query(name)`` keyed by
+   partition and purpose (the step holds that key only, never the release secret).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from ..config_fields import MISSING, Validator
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
+    from transforms.keys import KeySource
     from transforms.mechanisms.accounting import Budget
-    from transforms.mechanisms.rng import ReleaseKey
 
     from ..config import BudgetConfig, JobConfig, QueryConfig
     from ..sources import InputSchema
@@ -86,7 +87,7 @@ class BuildContext:
     """
 
     schema: InputSchema
-    release_key: ReleaseKey
+    keys: KeySource  # a query's noise key: keys.for_query(name); never the release secret
     noise: bool  # False only from tests (exact values); never from a job file
     num_shards: int
     shards: Callable[[], PCollection[Any]]

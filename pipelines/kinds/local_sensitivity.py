@@ -304,12 +304,12 @@ def _expand(
         ReleaseTopPartition,
     )
 
-    key, name = ctx.release_key, plan.name
+    key, name = ctx.keys, plan.name
     if isinstance(plan, TopPartitionPlan):
         top = ReleaseTopPartition(
             plan.mechanism,
             plan.by,
-            release_key=key,
+            keys=key,
             query=name,
             noise=ctx.noise,
         )
@@ -320,7 +320,7 @@ def _expand(
         plan.mechanism,
         plan.reduction,
         plan.value,
-        release_key=key,
+        keys=key,
         query=name,
         noise=ctx.noise,
     )

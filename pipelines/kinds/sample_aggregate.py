@@ -368,7 +368,7 @@ class SampleAggregateKind:
 
         assert isinstance(plan, SampleAggregatePlan)
         name = plan.name
-        release = SampleAndAggregate(plan.params, ctx.release_key, noise=ctx.noise)
+        release = SampleAndAggregate(plan.params, ctx.keys, noise=ctx.noise)
         out: PCollection[dict[str, Any]] = (
             clean
             # pa.Table: __person__, the query's columns, its key columns (nothing else)

@@ -241,7 +241,7 @@ def expand_query(
     statistic = cast(Statistic, plan.statistic)
     query = ShiftedInverseQuery(plan.name, statistic, spec, p, plan.count_params, plan.k, plan.q)
     release = ReleaseShiftedInverse(
-        query, release_key=ctx.release_key, noise=ctx.noise,
+        query, keys=ctx.keys, noise=ctx.noise,
     )  # fmt: skip
     out: PCollection[dict[str, Any]] = ctx.shards() | f"{plan.name}/ShiftedInverse" >> release
     return out  # {by..., value}

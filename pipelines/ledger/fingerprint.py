@@ -1,15 +1,18 @@
 """The input fingerprint of a release, and the data periods its input files belong to.
 
-A fingerprint is the SHA-256 of the sorted list of (path, size in bytes, modification time) of every
-input file, from Beam's ``FileSystems.match``, so it works for local paths and for ``gs://`` (and
-any other Beam file system) alike. On Cloud Storage an overwritten object is a new generation with
-a new update time, so a replaced object changes the fingerprint. No data is read. The ledger
-refuses to re-run a release id on a different fingerprint (:mod:`.store`), because the same noise on
-different data would publish the difference.
+A fingerprint is the SHA-256 of the sorted list of (path, size in bytes, modification time) of
+every input file, from Beam's ``FileSystems.match``, so it works for local paths and for ``gs://``
+(and any other Beam file system) alike, together with *artifacts*: named digests of everything else
+the release reads that could change its values — key files, the source of user functions, the
+userdp code, a check value of the secret file (``pipelines/release_inputs.py`` lists them). On
+Cloud Storage an overwritten object is a new generation with a new update time, so a replaced
+object changes the fingerprint. No data is read. The ledger refuses to re-run a release id on a
+different fingerprint (:mod:`.store`), because the same noise on different data would publish the
+difference.
 
-Limits: a file changed in place with its size and modification time restored is not detected
-(only a content hash would detect it); file systems that report no modification time (Beam gives
-0.0) are fingerprinted by path and size only.
+Limits: a file changed in place with its size and modification time restored is not detected (only
+a content hash would detect it); file systems that report no modification time (Beam gives 0.0) are
+fingerprinted by path and size only.
 
 Fingerprint the same file list the pipeline reads (``InputSchema.files``), not the glob again, so a
 file that appears between the two is not missed.
@@ -20,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import LedgerError
 from .model import check_name
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: artifacts beside the input files
 
 
 @dataclass(frozen=True, order=True)
@@ -40,22 +43,30 @@ class InputFile:
 class InputFingerprint:
     digest: str  # "sha256:<64 hex digits>"
     files: tuple[InputFile, ...]
+    artifacts: tuple[tuple[str, str], ...] = ()  # (name, digest), sorted
 
 
-def fingerprint_of(files: Iterable[InputFile]) -> InputFingerprint:
-    """The fingerprint of explicit file facts (sorted, duplicates removed)."""
+def fingerprint_of(
+    files: Iterable[InputFile], artifacts: Mapping[str, str] | None = None
+) -> InputFingerprint:
+    """The fingerprint of explicit file facts (sorted, duplicates removed) and artifacts."""
     listed = tuple(sorted(set(files)))
+    extra = tuple(sorted((artifacts or {}).items()))
     payload = json.dumps(
         {
             "version": FINGERPRINT_VERSION,
             "files": [[f.path, f.size, repr(f.mtime)] for f in listed],
+            "artifacts": [list(a) for a in extra],
         },
         separators=(",", ":"),
     )
-    return InputFingerprint("sha256:" + hashlib.sha256(payload.encode()).hexdigest(), listed)
+    digest = "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+    return InputFingerprint(digest, listed, extra)
 
 
-def input_fingerprint(paths: str | Sequence[str]) -> InputFingerprint:
+def input_fingerprint(
+    paths: str | Sequence[str], artifacts: Mapping[str, str] | None = None
+) -> InputFingerprint:
     """Matches every path or glob with ``FileSystems.match`` and fingerprints what it finds.
 
     Raises :class:`LedgerError` when a path or glob matches no file (a fingerprint of nothing
@@ -74,7 +85,7 @@ def input_fingerprint(paths: str | Sequence[str]) -> InputFingerprint:
             InputFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
             for m in result.metadata_list
         )
-    return fingerprint_of(found)
+    return fingerprint_of(found, artifacts)
 
 
 def periods_from_paths(paths: Iterable[str], pattern: str) -> tuple[str, ...]:

@@ -193,9 +193,17 @@ class LedgerStore(ReadingMixin, ABC):
             req.input_fingerprint, False, "reserved", secret,
         )  # fmt: skip
 
+    @classmethod
+    def _add_spend(cls, tx: Tx, acc: AccountStatus, counted: Amount, rid: str, now: str) -> None:
+        cls._set_spend(tx, acc, acc.spent + counted, now)
+        if acc.period is not None:
+            tx.execute(
+                "INSERT INTO ledger_release_periods (release_id, scope, period) VALUES (?, ?, ?)",
+                (rid, acc.scope, acc.period),
+            )
+
     @staticmethod
-    def _add_spend(tx: Tx, acc: AccountStatus, counted: Amount, rid: str, now: str) -> None:
-        spent = acc.spent + counted
+    def _set_spend(tx: Tx, acc: AccountStatus, spent: Amount, now: str) -> None:
         if acc.period is None:
             tx.execute(
                 "UPDATE ledger_scopes SET spent_main = ?, spent_delta = ?, updated_at = ? "
@@ -207,10 +215,6 @@ class LedgerStore(ReadingMixin, ABC):
             "UPDATE ledger_periods SET spent_main = ?, spent_delta = ? "
             "WHERE scope = ? AND period = ?",
             (to_text(spent.main), to_text(spent.delta), acc.scope, acc.period),
-        )
-        tx.execute(
-            "INSERT INTO ledger_release_periods (release_id, scope, period) VALUES (?, ?, ?)",
-            (rid, acc.scope, acc.period),
         )
 
     def quote(
@@ -289,6 +293,44 @@ class LedgerStore(ReadingMixin, ABC):
             return done[0]
 
         return self._write(body)
+
+    # -------------------------------------------------------------------------------- cancel
+
+    def cancel(self, release_id: str) -> None:
+        """Takes back the charge of a reservation whose run published nothing.
+
+        Only the launcher that made the reservation calls this, and only when its pipeline failed
+        before anything was published (``pipelines/publish.py``): no output computed under the
+        release's secret left the operator's machines, so the budget was not spent. The release's
+        row and its period links are removed (the same id may be reserved again, with a new
+        secret); the event log keeps a ``cancel`` entry. A completed release is never cancelled.
+        """
+        rid = check_name(release_id, "release id")
+
+        def body(tx: Tx) -> None:
+            found = load_release(tx, rid, self.for_update, with_secret=False)
+            if found is None:
+                raise LedgerError(f"release {rid!r} is not in the ledger: nothing to cancel")
+            record = found[0]
+            if record.status != "reserved":
+                raise LedgerError(
+                    f"release {rid!r} is {record.status}: a published release keeps its charge"
+                )
+            s = load_scope(tx, record.scope, self.for_update)
+            assert s is not None  # a release's scope is never deleted
+            _, _, accounts = assess(
+                tx, s, record.scope, periods=record.periods, cost=record.cost,
+                for_update=self.for_update, create_periods=False,
+            )  # fmt: skip
+            now = self._now()
+            for acc in accounts:
+                self._set_spend(tx, acc, acc.spent.minus_clamped(record.counted), now)
+            tx.execute("DELETE FROM ledger_release_periods WHERE release_id = ?", (rid,))
+            tx.execute("DELETE FROM ledger_releases WHERE release_id = ?", (rid,))
+            detail = {"counted": str(record.counted), "periods": list(record.periods)}
+            self._event(tx, "cancel", detail, scope=record.scope, release_id=rid)
+
+        self._write(body)
 
     # ------------------------------------------------------------------------------- set_cap
 

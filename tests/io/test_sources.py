@@ -56,7 +56,9 @@ def test_same_rows_give_identical_clean_tables_in_all_formats(tmp_path: Path) ->
         d.mkdir()
         write_rows(d / f"part-0.{fmt}", rows[:3], fmt)
         write_rows(d / f"part-1.{fmt}", rows[3:], fmt)
-        schema = inspect_inputs(str(d / f"*.{fmt}"), fmt, COLUMNS)
+        # CSV and JSONL carry no schema: their types come from the job file
+        declared = {"person_id": "int"} if fmt in ("csv", "jsonl") else {}
+        schema = inspect_inputs(str(d / f"*.{fmt}"), fmt, COLUMNS, declared)
         assert schema.person_type == "int"
         assert len(schema.files) == 2
         clean, dead = run_read_validate(schema, str(tmp_path / f"run-{fmt}"))
@@ -87,14 +89,14 @@ def test_unknown_format_and_kinds(tmp_path: Path) -> None:
         inspect_inputs(str(tmp_path / "*"), "csv", {"a": "key"})
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv", "jsonl"])
+@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv"])
 def test_missing_column(tmp_path: Path, fmt: str) -> None:
     write_rows(tmp_path / f"x.{fmt}", [{"person_id": 1, "domain": "a"}], fmt)
     with pytest.raises(SchemaError, match=r"x\.\w+: column 'duration_s' \(number\) is missing"):
         inspect_inputs(str(tmp_path / f"x.{fmt}"), fmt, COLUMNS)
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv", "jsonl"])
+@pytest.mark.parametrize("fmt", ["parquet", "avro"])
 def test_float_person_ids_are_refused(tmp_path: Path, fmt: str) -> None:
     write_rows(tmp_path / f"x.{fmt}", [{**r, "person_id": r["person_id"] + 0.5} for r in ROWS], fmt)
     with pytest.raises(SchemaError, match=r"person column 'person_id' has type float.*cast person"):
@@ -121,10 +123,80 @@ def test_wrong_types(tmp_path: Path) -> None:
         inspect_inputs(str(tmp_path / "z.parquet"), "parquet", COLUMNS)
 
 
-def test_empty_key_column_in_csv_head(tmp_path: Path) -> None:
-    (tmp_path / "x.csv").write_text("person_id,domain,duration_s\n1,,2.0\n")
-    with pytest.raises(SchemaError, match="'domain' \\(key\\) has no non-null values"):
-        inspect_inputs(str(tmp_path / "x.csv"), "csv", COLUMNS)
+def test_csv_and_jsonl_types_come_from_the_job_file_never_from_values(tmp_path: Path) -> None:
+    """Issue 12, item 1: one person's values cannot flip a column's type (and with it the output
+    schema and which other rows are dead letters). The repro: 100 persons whose domain is "123" or
+    "site.example" half and half, then one more person with "other.example" — or with "456"."""
+    rows = [{"person_id": i, "domain": "123" if i % 2 else "site.example", "duration_s": 1.0}
+            for i in range(100)]  # fmt: skip
+    for fmt in ("csv", "jsonl"):
+        base = tmp_path / fmt / "base"
+        more = tmp_path / fmt / "more"
+        for d, extra in ((base, []), (more, [{"person_id": 100, "domain": "456",
+                                               "duration_s": 1.0}] * 60)):  # fmt: skip
+            d.mkdir(parents=True)
+            write_rows(d / f"x.{fmt}", extra + rows, fmt)
+        declared = {"person_id": "int"}
+        a = inspect_inputs(str(base / f"*.{fmt}"), fmt, COLUMNS, declared)
+        b = inspect_inputs(str(more / f"*.{fmt}"), fmt, COLUMNS, declared)
+        assert a.arrow_schema() == b.arrow_schema()
+        assert dict(a.keys) == {"domain": pa.string()}  # the documented default for keys
+        typed = inspect_inputs(str(base / f"*.{fmt}"), fmt, COLUMNS, {**declared, "domain": "int"})
+        assert dict(typed.keys) == {"domain": pa.int64()}
+
+
+def test_a_declared_type_must_match_a_parquet_schema(tmp_path: Path) -> None:
+    write_rows(tmp_path / "x.parquet", ROWS, "parquet")
+    with pytest.raises(SchemaError, match=r"'domain' has type string, but \[input\] columns "
+                       r"declares it 'int'"):  # fmt: skip
+        inspect_inputs(str(tmp_path / "x.parquet"), "parquet", COLUMNS, {"domain": "int"})
+    with pytest.raises(SchemaError, match=r"'duration_s' \(number\) is declared 'string'"):
+        inspect_inputs(str(tmp_path / "x.parquet"), "parquet", COLUMNS, {"duration_s": "string"})
+
+
+def test_only_the_csv_header_is_read(tmp_path: Path) -> None:
+    """A data row that is not UTF-8, or ragged, in the first MiB is a row problem, not a file one:
+    the schema check reads the header line only (issue 13, item 6)."""
+    (tmp_path / "x.csv").write_bytes(b"person_id,domain,duration_s\n1,caf\xe9,2\n3,b\n")
+    schema = inspect_inputs(str(tmp_path / "x.csv"), "csv", COLUMNS)
+    assert schema.person_type == "string"
+    (tmp_path / "y.csv").write_bytes(b"person_id,domain,duration_s\n")  # header only: no rows
+    (tmp_path / "z.csv").write_bytes(b"")  # no bytes: no rows
+    (tmp_path / "w.jsonl").write_bytes(b"")
+    inspect_inputs(str(tmp_path / "[yz].csv"), "csv", COLUMNS)
+    inspect_inputs(str(tmp_path / "w.jsonl"), "jsonl", COLUMNS)
+    (tmp_path / "v.csv").write_bytes(b"person_id,dom\xe9in\n")
+    with pytest.raises(SchemaError, match=r"v\.csv: the CSV header \(first line\) is not UTF-8"):
+        inspect_inputs(str(tmp_path / "v.csv"), "csv", COLUMNS)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_duplicate_column_names_are_refused_by_name(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / f"x.{fmt}"
+    if fmt == "csv":
+        path.write_text("person_id,domain,domain,duration_s\n1,a,b,2\n")
+    else:
+        names = ["person_id", "domain", "domain", "duration_s"]
+        t = pa.Table.from_arrays([pa.array([1]), pa.array(["a"]), pa.array(["b"]),
+                                  pa.array([2.0])], names)  # fmt: skip
+        pq.write_table(t, path)
+    with pytest.raises(SchemaError, match=r"x\.\w+: column 'domain' appears 2 times"):
+        inspect_inputs(str(path), fmt, COLUMNS)
+
+
+def test_non_regular_files_in_the_glob_are_refused_by_name(tmp_path: Path) -> None:
+    write_rows(tmp_path / "a.csv", ROWS, "csv")
+    os.mkfifo(tmp_path / "b.csv")  # reading it would block forever
+    with pytest.raises(SchemaError, match=r"b\.csv: not a regular file \(a FIFO"):
+        inspect_inputs(str(tmp_path / "*.csv"), "csv", COLUMNS)
+    os.remove(tmp_path / "b.csv")
+    (tmp_path / "c.csv").mkdir()
+    with pytest.raises(SchemaError, match=r"c\.csv: a directory"):
+        inspect_inputs(str(tmp_path / "*.csv"), "csv", COLUMNS)
+    (tmp_path / "c.csv").rmdir()
+    os.symlink(tmp_path / "gone.csv", tmp_path / "d.csv")
+    with pytest.raises(SchemaError, match=r"d\.csv: a symbolic link to a missing file"):
+        inspect_inputs(str(tmp_path / "*.csv"), "csv", COLUMNS)
 
 
 def test_mixed_types_across_files(tmp_path: Path) -> None:
@@ -155,10 +227,10 @@ def test_int_widths_and_number_types_may_differ_across_files(tmp_path: Path) -> 
 
 def test_messages_hold_no_data_values(tmp_path: Path) -> None:
     secret = "alice@example.com"
-    write_rows(tmp_path / "x.jsonl", [{"person_id": secret, "domain": 3.25, "duration_s": 1}],
-               "jsonl")  # fmt: skip
+    write_rows(tmp_path / "x.avro", [{"person_id": secret, "domain": 3.25, "duration_s": 1.0}],
+               "avro")  # fmt: skip
     with pytest.raises(SchemaError) as info:
-        inspect_inputs(str(tmp_path / "x.jsonl"), "jsonl", COLUMNS)
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
     assert secret not in str(info.value)
     assert "3.25" not in str(info.value)
-    assert os.path.basename(str(tmp_path / "x.jsonl")) in str(info.value)
+    assert os.path.basename(str(tmp_path / "x.avro")) in str(info.value)

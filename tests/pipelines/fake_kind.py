@@ -67,10 +67,10 @@ class FakeKind:
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
         assert isinstance(plan, FakePlan)
-        key, noise = ctx.release_key, ctx.noise
+        key, noise = ctx.keys.for_query(plan.name), ctx.noise  # this query's noise key only
 
         def release(persons: int) -> dict[str, Any]:
-            rng = key.rng(plan.name, "value")
+            rng = key.rng("value")
             value = plan.mechanism.release(persons, rng) if noise else float(persons)
             return {"value": float(value), "note": plan.label}
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -262,8 +263,16 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ the pipeline
 
 
-def per_person(table: pa.Table, reduction: str, value: str) -> np.ndarray:
+def per_person(
+    table: pa.Table, reduction: str, value: str, lo: float = 0, hi: float = 600
+) -> np.ndarray:
+    """Per-person values as the release computes them: value rows clamped to [lo, hi] first."""
     agg = {"count": "count", "distinct": "count_distinct"}.get(reduction, reduction)
+    if reduction in ("sum", "mean", "max", "min"):
+        table = table.set_column(
+            table.column_names.index(value), value, pc.min_element_wise(
+                pc.max_element_wise(table.column(value), float(lo)), float(hi))
+        )  # fmt: skip
     grouped = table.group_by("person_id").aggregate([(value, agg)])
     return np.asarray(grouped.column(f"{value}_{agg}").to_numpy(), dtype=np.float64)
 
@@ -334,7 +343,7 @@ def test_noise_on_is_the_core_mechanism_keyed_by_query_and_bottom_is_a_row(
     table = pq.read_table(logs / "data" / "logs.parquet")
     plan = plan_release(cfg)
     for q in plan.queries:
-        rng = key.rng(q.name, "value")
+        rng = key.for_query(q.name).rng("value")
         if isinstance(q, TopPartitionPlan):
             assert isinstance(q.mechanism, StableTopPartition)
             pairs = table.group_by(["person_id", "domain"]).aggregate([])

@@ -459,7 +459,7 @@ def test_noise_on_is_the_core_release_keyed_by_the_query(logs: Path, tmp_path: P
     for name, query in (("slope", SLOPE), ("p90", P90)):
         params = plans[name].params
         answers = exact_answers(logs, query, plans[name], 8)
-        rng = KEY.rng(name, "sample_aggregate", "value")
+        rng = KEY.for_query(name).rng("sample_aggregate", "value")
         [value] = params.aggregator_for(8).release(answers, rng)
         assert rows[name] == [
             {
@@ -472,10 +472,12 @@ def test_noise_on_is_the_core_release_keyed_by_the_query(logs: Path, tmp_path: P
     params = plans["auto"].params
     assert params.count_epsilon is not None
     count = LaplaceMechanism(1.0, params.count_epsilon)
-    k = default_chunks(count.release(PERSONS, KEY.rng("auto", "sample_aggregate", "persons")))
+    k = default_chunks(
+        count.release(PERSONS, KEY.for_query("auto").rng("sample_aggregate", "persons"))
+    )
     answers = exact_answers(logs, AUTO, plans["auto"], k)
     [value] = params.aggregator_for(k).release(
-        answers, KEY.rng("auto", "sample_aggregate", "value")
+        answers, KEY.for_query("auto").rng("sample_aggregate", "value")
     )
     assert rows["auto"] == [
         {"coordinate": 0, "value": value, "stddev": params.aggregator_for(k).noise_std, "chunks": k}

@@ -462,7 +462,9 @@ def test_noise_on_is_the_core_mechanism_keyed_by_query_partition_and_purpose(
     counts = by_person(table, "duration_s", "count").astype(np.int64)
 
     def rng(name: str, purpose: str = "value") -> Any:
-        return key.rng(name, "", purpose)  # "" is the one partition of a query without `by`
+        return key.for_query(name).rng(
+            "", purpose
+        )  # "" is the one partition of a query without `by`
 
     expected: dict[str, Fraction] = {}
     plans = {q.name: q for q in plan_release(cfg).queries}
@@ -498,7 +500,7 @@ def test_noise_on_is_the_core_mechanism_keyed_by_query_partition_and_purpose(
         down = sum_down_values(sum(per_person), top, c)
         label = canonical_key_string((domain,))  # the partition is part of the noise label
         assert released[domain] == float(
-            shifted_inverse(down, p.params, key.rng("dom", label, "value"))
+            shifted_inverse(down, p.params, key.for_query("dom").rng(label, "value"))
         )
     for name, p in plans.items():  # every release is a point of its grid
         if isinstance(p, ShiftedInversePlan):

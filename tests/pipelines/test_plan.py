@@ -172,7 +172,11 @@ def test_public_partitions_from_file(tmp_path: Path, fmt: str) -> None:
 def test_bad_public_key_files(tmp_path: Path) -> None:
     (tmp_path / "k.csv").write_text("site\nx\n")
     (tmp_path / "e.json").write_text("[]")
-    cases = [("nope.csv", "readable"), ("k.csv", "header has the by"), ("e.json", "non-empty")]
+    cases = [
+        ("nope.csv", "readable"),
+        ("k.csv", "not one naming the by columns"),
+        ("e.json", "non-empty"),
+    ]
     for name, match in cases:
         with pytest.raises(ConfigError, match=rf"queries\[0\]\.partitions.*{match}"):
             plan_release(parse_job(query(0, partitions=name), base_dir=tmp_path))

@@ -22,13 +22,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import pipelines.job
 from pipelines import cli
 from pipelines.config import JobConfig, load_job
 from pipelines.generate import SCHEMA, generate
 from pipelines.job import run_release
 from transforms.mechanisms.rng import ReleaseKey
 
-KEY = ReleaseKey(bytes(range(100, 132)))  # a fixed test secret, never a real release's
+SECRET = bytes(range(100, 132))  # a fixed test secret, never a real release's
+KEY = ReleaseKey(SECRET)
 PEOPLE = 1500
 PUBLIC_DOMAINS = ("site00.example", "site03.example", "site07.example", "absent.example")
 QUERIES = ("visits_per_domain", "persons_total", "mean_duration", "sum_duration")
@@ -159,7 +161,7 @@ def reference(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Rel
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, job_file: Path, *beam_args: str) -> Release:
     """``userdp run`` with the release secret fixed to KEY (the CLI draws a fresh one)."""
-    monkeypatch.setattr(ReleaseKey, "generate", classmethod(lambda cls: KEY))
+    monkeypatch.setattr(pipelines.job, "new_release_secret", lambda: SECRET)
     assert cli.main(["run", str(job_file), *beam_args]) == 0
     return read_release(load_job(job_file))
 

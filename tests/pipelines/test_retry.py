@@ -22,12 +22,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.io import parquetio, textio
+from apache_beam.io import textio
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.transforms import combiners
 
 import pipelines.job
+import pipelines.release_graph
 import pipelines.sinks
 import pipelines.sources
 import transforms.aggregate
@@ -42,7 +43,7 @@ from .test_portability import write_job as write_job_file
 
 # (stage, object, attribute, fails "before" the call or "midway" after the first output)
 STAGES: list[tuple[str, Any, str, str]] = [
-    ("read parquet", parquetio._ParquetSource, "read_records", "midway"),
+    ("read parquet", pipelines.sources._ReadParquetRowGroup, "process", "midway"),
     ("tag file", pipelines.sources, "_with_file", "before"),
     ("validate", transforms.validate._Validate, "process", "midway"),
     ("split by shard", transforms.aggregate, "split_by_shard", "midway"),
@@ -52,7 +53,7 @@ STAGES: list[tuple[str, Any, str, str]] = [
     ("keep listed keys", transforms.noisy_combine, "_join_public", "midway"),
     ("release partition", transforms.noisy_combine._ReleasePartition, "__call__", "midway"),
     ("collect", combiners.ToListCombineFn, "add_input", "before"),
-    ("write output", pipelines.job, "_write_query_output", "before"),
+    ("write output", pipelines.release_graph, "_write_query_output", "before"),
     ("dead letter to json", pipelines.sinks, "_json_line", "before"),
     ("write dead letters", textio._TextSink, "write_encoded_record", "before"),
 ]

@@ -28,7 +28,7 @@ from apache_beam.runners.portability.flink_runner import FlinkRunner
 
 import pipelines.job
 from pipelines.config import JobConfig, load_job
-from pipelines.job import run_release
+from pipelines.job import ReleaseRunError, run_release
 from pipelines.runners import pipeline_options, resolve, resolved_options
 
 from .test_portability import KEY, QUERIES, Dataset, make_dataset, write_job
@@ -148,8 +148,9 @@ def flink_job(
     job = load_job(write_job(tmp_path_factory.mktemp("flink"), dataset, "flink", FLINK))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipelines.job, "pipeline_options", flink)
-        with pytest.raises(_Submitted):
+        with pytest.raises(ReleaseRunError) as failed:
             run_release(job, release_key=KEY)
+        assert isinstance(failed.value.__cause__, _Submitted)  # stopped at the submission
     assert service.request is not None
     return job, service.request
 
@@ -169,14 +170,19 @@ def test_flink_runner_submits_a_portable_job_with_our_options(
     assert not (Path(job.output.path) / "manifest.json").exists()  # nothing ran, nothing written
 
 
-def test_the_submitted_job_carries_the_release_secret(
+def test_the_submitted_job_carries_query_keys_but_never_the_release_secret(
     flink_job: tuple[JobConfig, beam_job_api_pb2.PrepareJobRequest],
 ) -> None:
-    """So job servers, their UIs and staging buckets must be operator-only (docs/runners.md)."""
+    """What a reader of a job server, its UI or a staging bucket finds (docs/threat-model.md):
+    never the release secret; without ``[release] secret_path`` the per-query noise keys — which
+    is why those places must be operator-only, and what ``userdp plan`` says."""
     secret = KEY.__reduce__()[1][0]
     transforms = flink_job[1].pipeline.components.transforms.values()
     pickles = [_raw_pickle(fn.payload) for t in transforms for fn in _user_fns(t)]
-    assert any(secret in p for p in pickles)
+    assert pickles and not any(secret in p for p in pickles)
+    for q in QUERIES:  # the control: key bytes in a payload are found by this search
+        query_key = KEY.for_query(q).__reduce__()[1][0]
+        assert any(query_key in p for p in pickles), q
 
 
 def _raw_pickle(payload: bytes) -> bytes:

@@ -205,7 +205,7 @@ def test_transform_misuse_is_refused() -> None:
         AnswerPerChunk(params(), b"short")
     with pytest.raises(ValueError, match="pass that k as a singleton PCollection"):
         AnswerPerChunk(params(chunks=None, count_epsilon=0.1), chunk_key(RELEASE_KEY, "saa"))
-    with pytest.raises(TypeError, match="release_key must be a ReleaseKey"):
+    with pytest.raises(TypeError, match="keys must be a ReleaseKey or ReleaseKeys, got bytes"):
         SampleAndAggregate(params(), bytes(32))  # type: ignore[arg-type]
 
 

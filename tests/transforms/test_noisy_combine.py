@@ -105,7 +105,9 @@ def test_thresholded_persons_releases_the_selection_noisy_count() -> None:
     rows = run(params, STATS)
     sel = params.selection
     assert isinstance(sel, LaplaceThresholding)
-    decision = sel.decide(1000, RELEASE_KEY.rng("q", canonical_key_string(("b.com",)), "select"))
+    decision = sel.decide(
+        1000, RELEASE_KEY.for_query("q").rng(canonical_key_string(("b.com",)), "select")
+    )
     q = math.exp(-1.0)  # discrete Laplace of scale L/ε = 1: Var = 2q/(1 − q)²
     std = math.sqrt(2 * q) / (1 - q)
     assert rows == [
@@ -118,7 +120,7 @@ def test_persons_without_the_flag_draws_its_own_noise() -> None:
     params = release_params("persons")
     rows = run(params, STATS)
     label = canonical_key_string(("b.com",))
-    value = params.noise.release(Fraction(1000), RELEASE_KEY.rng("q", label, "value"))
+    value = params.noise.release(Fraction(1000), RELEASE_KEY.for_query("q").rng(label, "value"))
     assert rows == [{"domain": "b.com", "value": value, "stddev": params.noise.std}]
 
 
@@ -148,5 +150,5 @@ def test_same_key_same_outputs_different_key_different_noise() -> None:
 
 
 def test_rejects_a_raw_secret() -> None:
-    with pytest.raises(TypeError, match="release_key must be a ReleaseKey"):
+    with pytest.raises(TypeError, match="keys must be a ReleaseKey or ReleaseKeys, got bytes"):
         ReleaseNoisily(release_params("count"), bytes(32))  # type: ignore[arg-type]

@@ -176,11 +176,55 @@ class KeyedRng:
         return ((self.randbits(52) << 1) | 1) * (1.0 / (1 << 53))
 
 
+def derive_release_secret(file_key: bytes, nonce: bytes) -> bytes:
+    """The release secret when the operator keeps a key file (``[release] secret_path``):
+    HMAC-SHA256(file key, label ‖ nonce). The nonce (the ledger's per-release secret, or a fresh
+    one) may travel with the job; without the file key it determines nothing."""
+    if not isinstance(file_key, bytes) or len(file_key) < SECRET_BYTES:
+        raise ValueError(f"a key file must hold at least {SECRET_BYTES} bytes")
+    return hmac.new(file_key, b"userdp.release.v1" + nonce, "sha256").digest()
+
+
+def key_check_value(file_key: bytes) -> str:
+    """Identifies a key file without revealing it: HMAC-SHA256 of a fixed label, truncated to 128
+    bits (a preimage or a key recovery from it is as hard as breaking HMAC)."""
+    return "kcv:" + hmac.new(file_key, b"userdp.key-check.v1", "sha256").hexdigest()[:32]
+
+
+class QueryKey:
+    """The noise streams of one query: ``key.rng(partition, purpose)``.
+
+    Its 32 bytes are derived from the release secret for this query alone (``ReleaseKey.for_query``)
+    — what a worker holding it can compute is this query's noise, never another query's and never
+    the release secret. Pipelines hand each noise step the key of its own query only.
+    """
+
+    __slots__ = ("_query", "_secret")
+
+    def __init__(self, secret: bytes, query: str) -> None:
+        KeyedRng(secret)  # validates length and type with the same message
+        self._secret, self._query = secret, query
+
+    @property
+    def query(self) -> str:
+        return self._query
+
+    def rng(self, *label: LabelPart) -> KeyedRng:
+        return KeyedRng(self._secret, *label)
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"QueryKey({self._query!r}, <key>)"
+
+    def __reduce__(self) -> tuple[type[QueryKey], tuple[bytes, str]]:
+        return (QueryKey, (self._secret, self._query))
+
+
 class ReleaseKey:
     """The release secret, as a factory of labelled streams: ``key.rng("q1", "example.com")``.
 
-    Pipelines carry a ``ReleaseKey`` (it pickles with the secret, so only trusted workers may hold
-    it) and derive one stream per (query, partition, purpose); streams never derive one another.
+    The launcher holds the ``ReleaseKey``; pipelines carry only what it derives — one
+    :class:`QueryKey` per query (``for_query``) and non-noise subkeys (``subkey``) — so a job graph
+    never contains the release secret (docs/threat-model.md).
     """
 
     __slots__ = ("_secret",)
@@ -195,6 +239,10 @@ class ReleaseKey:
 
     def rng(self, *label: LabelPart) -> KeyedRng:
         return KeyedRng(self._secret, *label)
+
+    def for_query(self, query: str) -> QueryKey:
+        """The key of one query's noise, computationally independent of every other query's."""
+        return QueryKey(KeyedRng(self._secret, "query", query).read(SECRET_BYTES), query)
 
     def subkey(self, *label: LabelPart) -> bytes:
         """32 bytes derived for a non-noise purpose, e.g. the keyed hashes of contribution

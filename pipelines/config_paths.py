@@ -1,0 +1,72 @@
+"""Where a release may read and write: operator-only paths never inside the published one.
+
+A release directory is handed to readers whole. Some paths of a job are for the operator alone:
+dead letters (raw rejected rows), the input files, the SQLite ledger (it stores release secrets)
+and the release secret file. If one of them lay inside ``output.path``, publishing the release
+would publish it too, so :func:`check_private_paths` refuses any overlap when the job file is read.
+
+Paths are compared after resolving: local paths absolute with symbolic links resolved (two
+spellings of one directory are one directory), URLs (``gs://``…) as written with one trailing
+slash. A glob is represented by its directory part before the first wildcard.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping
+
+from .config_fields import ConfigError
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _canonical(path: str) -> str:
+    """One spelling per location, ending in ``/``."""
+    if _is_url(path):
+        return path.rstrip("/") + "/"
+    local = path.removeprefix("file://")
+    return os.path.realpath(os.path.abspath(local)).rstrip(os.sep) + os.sep
+
+
+def glob_root(pattern: str) -> str:
+    """The directory a glob can match in: its part before the first wildcard, up to a ``/``."""
+    if not glob.has_magic(pattern):
+        return pattern
+    parts = pattern.split("/")
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return "/".join(fixed) or "."
+
+
+def _overlap(a: str, b: str) -> bool:
+    ca, cb = _canonical(a), _canonical(b)
+    return ca.startswith(cb) or cb.startswith(ca)
+
+
+def check_private_paths(output: str, private: Mapping[str, str | None], source: str) -> None:
+    """Refuses an operator-only path inside ``output`` (or ``output`` inside it).
+
+    ``private``: job-file key → path (None: not set). Raises :class:`ConfigError` naming both keys.
+    """
+    for key, path in private.items():
+        if path is None:
+            continue
+        if key == "input.path":  # input files inside the release; the release inside an input
+            inside = _canonical(glob_root(path)).startswith(_canonical(output))  # dir is fine
+        else:
+            inside = _overlap(path, output)
+        if inside:
+            raise ConfigError(
+                key,
+                path,
+                "a location outside output.path (and output.path not inside it)",
+                f"output.path {output!r} is published whole to the release's readers; {key} is "
+                "for the operator only (raw rows, secrets or the ledger) — move one of them",
+                source,
+            )

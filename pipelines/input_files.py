@@ -1,0 +1,393 @@
+"""The release's input files and their column types, found before anything is planned or charged.
+
+``inspect_inputs`` runs on the launcher. It lists the files of ``input.path`` and reads only what is
+public about them — never a data row — then stops with a :class:`SchemaError` naming the file, the
+column, the type found and the types allowed. Messages never contain data values.
+
+**Types never come from values.** Whether a column is an integer, a string or a float decides which
+rows are dead-lettered and the type of the output's key columns; if one person's rows could change
+it, that person would change what every reader sees (issue 12). So:
+
+- Parquet: the footer's schema (``pyarrow.parquet.read_schema``); Avro: the writer schema in the
+  header. A union with ``null`` is that branch; a union of several branches (``["long",
+  "string"]``) is declared as its first non-null branch (rows of another branch are dead letters).
+- CSV and JSONL carry no types: each column's type is the job file's ``[input] columns`` entry, or
+  the default — person ids ``string`` (``input.person_type`` may say ``int``), keys ``string``,
+  values ``float``. Only the CSV header (the column names) is read; a JSONL file has no header, so
+  nothing of it is read here (a row without a column is a dead letter).
+- A declared type that contradicts a Parquet/Avro schema is an error; for the person column the
+  declared type only says how text ids are canonicalised (``int``: "01" and "1" are one person).
+
+**Which files.** Local paths and globs are listed with :mod:`glob` relative to the job file (the
+config resolves them); every match must be a readable regular file — a directory, FIFO, socket or
+dangling symbolic link is refused by name (a FIFO would block the read forever, and skipping it
+silently would drop its rows). Paths with a scheme (``gs://`` …) go through Beam's ``FileSystems``.
+
+Column types are compared by family (integer, float, string, bool): ``int32`` in one file and
+``int64`` in another is fine; ``int64`` and ``string`` is a mixed-schema error.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+FORMATS: tuple[str, ...] = ("parquet", "avro", "csv", "jsonl")
+KINDS: tuple[str, ...] = ("person", "key", "number")
+COLUMN_TYPES: tuple[str, ...] = ("string", "int", "float", "bool")  # [input] columns values
+HEADER_BYTES = 1 << 20  # a CSV header longer than this is refused
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+_ALLOWED: dict[str, tuple[str, ...]] = {
+    "person": ("integer", "string"),
+    "key": ("integer", "string", "bool"),
+    "number": ("integer", "float"),
+}
+_DECLARED_FAMILY = {"string": "string", "int": "integer", "float": "float", "bool": "bool"}
+_DEFAULT_FAMILY = {"person": "string", "key": "string", "number": "float"}
+_CANONICAL: dict[str, pa.DataType] = {
+    "integer": pa.int64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+    "float": pa.float64(),
+}
+_AVRO_FAMILY = {
+    "int": "integer",
+    "long": "integer",
+    "float": "float",
+    "double": "float",
+    "string": "string",
+    "boolean": "bool",
+    "null": "null",
+}
+_ARROW_FAMILY = (
+    (pa.types.is_integer, "integer"),
+    (pa.types.is_floating, "float"),
+    (pa.types.is_string, "string"),
+    (pa.types.is_large_string, "string"),
+    (pa.types.is_boolean, "bool"),
+    (pa.types.is_null, "null"),
+)
+
+
+class SchemaError(ValueError):
+    """An input file that does not fit the job: names file, column, found type, allowed."""
+
+
+@dataclass(frozen=True)
+class InputSchema:
+    """What ``inspect_inputs`` found: the files and the canonical Arrow type of every column.
+
+    ``row_groups``: for Parquet, the number of row groups of each file (public footer metadata),
+    so the read can be split by row group; empty for other formats.
+    """
+
+    fmt: str
+    files: tuple[str, ...]
+    person: str
+    person_type: str  # "int" | "string"
+    keys: tuple[tuple[str, pa.DataType], ...]
+    numbers: tuple[str, ...]
+    row_groups: tuple[int, ...] = field(default=())
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """All columns to read, person first."""
+        return (self.person, *(k for k, _ in self.keys), *self.numbers)
+
+    def arrow_schema(self) -> pa.Schema:
+        """The canonical (clean) type of each input column."""
+        person = pa.int64() if self.person_type == "int" else pa.string()
+        fields = [(self.person, person), *self.keys, *((n, pa.float64()) for n in self.numbers)]
+        return pa.schema(fields)
+
+
+def arrow_family(t: pa.DataType) -> str:
+    """integer | float | string | bool | null, or the type's name for anything else."""
+    if pa.types.is_dictionary(t):
+        return arrow_family(t.value_type)
+    return next((family for test, family in _ARROW_FAMILY if test(t)), str(t))
+
+
+def avro_families(avro_type: Any) -> tuple[str, ...]:
+    """Families of an Avro field type, in declaration order, without ``null``."""
+    if isinstance(avro_type, list):
+        out: list[str] = []
+        for branch in avro_type:
+            out.extend(f for f in avro_families(branch) if f not in out)
+        return tuple(out)
+    if isinstance(avro_type, dict):
+        if "logicalType" in avro_type:
+            return (str(avro_type["logicalType"]),)
+        return avro_families(avro_type.get("type"))
+    family = _AVRO_FAMILY.get(str(avro_type), str(avro_type))
+    return () if family == "null" else (family,)
+
+
+# --- listing ----------------------------------------------------------------------------------
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local_files(pattern: str) -> list[str]:
+    """Every entry the glob names, each checked to be a readable regular file."""
+    pattern = pattern.removeprefix("file://")
+    names = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
+    out = []
+    for name in names:
+        if not os.path.lexists(name):
+            continue  # a plain path that does not exist: "matched no files" below
+        try:
+            mode = os.stat(name).st_mode  # follows symbolic links
+        except FileNotFoundError:
+            raise SchemaError(
+                f"input file {name}: a symbolic link to a missing file; allowed: readable "
+                "regular files — remove the link or narrow input.path"
+            ) from None
+        except OSError as e:
+            raise SchemaError(f"input file {name}: cannot be examined ({e.strerror})") from None
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket "
+            what += "" if stat.S_ISDIR(mode) else "or device)"
+            raise SchemaError(
+                f"input file {name}: {what}; allowed: regular files — narrow input.path so "
+                "that it matches only the data files"
+            )
+        if not os.access(name, os.R_OK):
+            raise SchemaError(f"input file {name}: not readable by this user (permissions)")
+        out.append(os.path.abspath(name))
+    return out
+
+
+def list_input_files(path_glob: str) -> tuple[str, ...]:
+    """The sorted files of ``input.path``; :class:`SchemaError` if none, or one is not a file."""
+    if _is_local(path_glob):
+        files = _local_files(path_glob)
+    else:
+        matches = FileSystems.match([path_glob])
+        files = [m.path for r in matches for m in r.metadata_list]
+    if not files:
+        raise SchemaError(f"input path {path_glob!r} matched no files")
+    return tuple(sorted(set(files)))
+
+
+# --- per-file schema --------------------------------------------------------------------------
+
+
+def csv_header(path: str) -> list[str] | None:
+    """The column names of a CSV file (its first record), or None for a file with no bytes.
+
+    Only the header is read: it is metadata of the file, not a data row. A UTF-8 byte-order mark
+    is dropped. Raises :class:`SchemaError` for a header that is not UTF-8 or longer than
+    ``HEADER_BYTES``.
+    """
+    with FileSystems.open(path) as f:
+        head = f.read(HEADER_BYTES + 1)
+    if not head:
+        return None
+    end = min((i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0), default=-1)
+    if end < 0 and len(head) > HEADER_BYTES:
+        raise SchemaError(f"input file {path}: the CSV header is longer than {HEADER_BYTES} bytes")
+    line = head[: end if end >= 0 else len(head)].removeprefix(_UTF8_BOM)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SchemaError(
+            f"input file {path}: the CSV header (first line) is not UTF-8 text"
+        ) from None
+    try:
+        return next(csv.reader(io.StringIO(text)), [])
+    except csv.Error:
+        raise SchemaError(f"input file {path}: the CSV header (first line) is malformed") from None
+
+
+def _duplicated(names: list[str], wanted: list[str], path: str) -> None:
+    for n in wanted:
+        if names.count(n) > 1:
+            raise SchemaError(
+                f"input file {path}: column {n!r} appears {names.count(n)} times; allowed: "
+                "one column of each name the job reads"
+            )
+
+
+def _metadata_families(path: str, fmt: str, names: list[str]) -> dict[str, str] | None:
+    """Family of each requested column in a Parquet/Avro file's schema; CSV: the header's names
+    as "declared" (types come from the job file); JSONL: None (no metadata)."""
+    if fmt == "parquet":
+        with FileSystems.open(path) as f:
+            schema = pq.read_schema(f)
+        _duplicated(schema.names, names, path)
+        return {n: arrow_family(schema.field(n).type) for n in names if n in schema.names}
+    if fmt == "avro":
+        with FileSystems.open(path) as f:
+            writer_schema: Any = fastavro.reader(f).writer_schema
+        fields = [fd["name"] for fd in writer_schema.get("fields", [])]
+        _duplicated(fields, names, path)
+        found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
+        return {n: (found[n][0] if found[n] else "null") for n in names if n in found}
+    if fmt == "csv":
+        header = csv_header(path)
+        if header is None:
+            return None  # a file with no bytes has no rows
+        _duplicated(header, names, path)
+        return {n: "declared" for n in names if n in header}
+    return None
+
+
+def _check(path: str, column: str, kind: str, family: str) -> None:
+    allowed = _ALLOWED[kind]
+    if kind == "person" and family == "float":
+        raise SchemaError(
+            f"input file {path}: person column {column!r} has type float; "
+            f"allowed: {', '.join(allowed)} — cast person ids to int or string"
+        )
+    if family not in (*allowed, "null"):
+        raise SchemaError(
+            f"input file {path}: column {column!r} ({kind}) has type {family}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+
+
+def _declared_family(column: str, kind: str, declared: Mapping[str, str]) -> str:
+    family = _DECLARED_FAMILY[declared[column]] if column in declared else _DEFAULT_FAMILY[kind]
+    if family not in _ALLOWED[kind] and not (kind == "number" and family == "integer"):
+        raise SchemaError(
+            f"[input] columns: {column!r} ({kind}) is declared {declared[column]!r}; allowed: "
+            + ", ".join(t for t, f in _DECLARED_FAMILY.items() if f in _ALLOWED[kind])
+        )
+    return family
+
+
+def _check_arguments(columns: Mapping[str, str], declared: Mapping[str, str], fmt: str) -> str:
+    """The person column; SchemaError for an unknown format, kind or declared type."""
+    if fmt not in FORMATS:
+        raise SchemaError(f"input format {fmt!r} is not supported; allowed: {', '.join(FORMATS)}")
+    bad = {c: k for c, k in columns.items() if k not in KINDS}
+    if bad:
+        raise SchemaError(f"column kinds {bad} are not supported; allowed: {', '.join(KINDS)}")
+    persons = [c for c, k in columns.items() if k == "person"]
+    if len(persons) != 1:
+        raise SchemaError(f"exactly one person column is needed, got {persons}")
+    bad_types = {c: t for c, t in declared.items() if t not in COLUMN_TYPES}
+    if bad_types:
+        raise SchemaError(f"[input] columns {bad_types}: allowed types {', '.join(COLUMN_TYPES)}")
+    return persons[0]
+
+
+def _read_file_metadata(path: str, fmt: str, names: list[str]) -> tuple[dict[str, str] | None, int]:
+    """(column families from the file's metadata, Parquet row groups); SchemaError if unreadable."""
+    try:
+        families = _metadata_families(path, fmt, names)
+        groups = 0
+        if fmt == "parquet":
+            with FileSystems.open(path) as f:
+                groups = pq.ParquetFile(f).metadata.num_row_groups
+    except SchemaError:
+        raise
+    except (pa.ArrowException, ValueError, EOFError, OSError, KeyError, TypeError) as e:
+        # The reader's own message may quote data: only its type is shown.
+        raise SchemaError(
+            f"input file {path}: cannot be read as {fmt} ({type(e).__name__}); "
+            f"allowed: a readable {fmt} file with the columns {', '.join(names)}"
+        ) from None
+    return families, groups
+
+
+class _Families:
+    """Each column's family across files: the first file's, and a mixed-types check."""
+
+    def __init__(self, columns: Mapping[str, str], declared: Mapping[str, str]) -> None:
+        self.columns, self.declared = columns, declared
+        self.typed = {c: _declared_family(c, k, declared) for c, k in columns.items()}
+        self.seen: dict[str, tuple[str, str]] = {}  # column -> (family, first file)
+
+    def add(self, path: str, families: Mapping[str, str]) -> None:
+        for column, kind in self.columns.items():
+            if column not in families:
+                raise SchemaError(
+                    f"input file {path}: column {column!r} ({kind}) is missing; "
+                    f"allowed types: {', '.join(_ALLOWED[kind])}"
+                )
+            family = families[column]
+            if family == "declared":
+                continue  # CSV: the job file (or the default) gives the type
+            _check(path, column, kind, family)
+            if family == "null" or kind == "number":
+                continue  # numbers are read as float64 whatever their family
+            if kind != "person" and column in self.declared and family != self.typed[column]:
+                raise SchemaError(
+                    f"input file {path}: column {column!r} has type {family}, but [input] "
+                    f"columns declares it {self.declared[column]!r}; allowed: the file's own type"
+                )
+            first = self.seen.setdefault(column, (family, path))
+            if first[0] != family:
+                raise SchemaError(
+                    f"input files have mixed types for column {column!r} ({kind}): "
+                    f"{first[0]} in {first[1]} but {family} in {path}; "
+                    "allowed: one type family across all files"
+                )
+
+    def family(self, column: str, fmt: str) -> str:
+        """The declared type wins for the person column (it says how text ids are read) and
+        where nothing was seen; otherwise the files' type."""
+        kind = self.columns[column]
+        if column in self.seen and not (kind == "person" and column in self.declared):
+            return self.seen[column][0]
+        if fmt in ("parquet", "avro") and kind != "number" and column not in self.declared:
+            raise SchemaError(
+                f"input files: column {column!r} ({kind}) has only the null type in every file's "
+                f"schema; allowed: {', '.join(_ALLOWED[kind])} — declare its type in "
+                "[input] columns"
+            )
+        return self.typed[column]
+
+
+def inspect_inputs(
+    path_glob: str,
+    fmt: str,
+    columns: Mapping[str, str],
+    declared: Mapping[str, str] | None = None,
+) -> InputSchema:
+    """Check every file of ``path_glob`` against ``columns`` (name → kind); no data row is read.
+
+    Kinds: ``"person"`` (exactly one; integer or string — float ids are refused, cast them to int
+    or string), ``"key"`` (integer, string or bool), ``"number"`` (integer or float).
+    ``declared``: the job file's column types (``string``, ``int``, ``float``, ``bool``), which
+    are the types of CSV/JSONL columns and must agree with Parquet/Avro schemas. Raises
+    :class:`SchemaError` for no matching file, a file that is not a readable regular file, a
+    missing or duplicated column, a disallowed type or one column with different type families in
+    different files.
+    """
+    declared = dict(declared or {})
+    person = _check_arguments(columns, declared, fmt)
+    files = list_input_files(path_glob)
+    families = _Families(columns, declared)
+    row_groups: list[int] = []
+    for path in files:
+        found, groups = _read_file_metadata(path, fmt, list(columns))
+        row_groups.append(groups)
+        if found is not None:  # None: JSONL, or an empty CSV file — nothing to check
+            families.add(path, found)
+    family_of = {c: families.family(c, fmt) for c in columns}
+    return InputSchema(
+        fmt=fmt,
+        files=files,
+        person=person,
+        person_type="int" if family_of[person] == "integer" else "string",
+        keys=tuple((c, _CANONICAL[family_of[c]]) for c, k in columns.items() if k == "key"),
+        numbers=tuple(c for c, k in columns.items() if k == "number"),
+        row_groups=tuple(row_groups) if fmt == "parquet" else (),
+    )

@@ -1,0 +1,181 @@
+"""Releases that are complete or absent: staged by the pipeline, published by the launcher.
+
+The pipeline never writes into the release directory. It writes each query's output into a
+*staging* directory beside it (``<parent>/.<name>.userdp-staging-<token>/``, on the same
+filesystem, created and probed before the ledger is charged). When the pipeline has finished, the
+launcher
+
+1. checks that every expected output exists and reads its size and SHA-256 (they go into the
+   manifest, so a reader can verify the files it got);
+2. removes the previous ``manifest.json`` of the release directory, if any — from here until step 4
+   the directory holds no manifest, i.e. no complete release;
+3. moves the staged outputs in (a rename on local filesystems; copy and delete on object stores);
+4. writes ``manifest.json`` last, through a temporary name and a rename: a release directory with a
+   manifest is complete, and the manifest lists every file of it.
+
+A run that fails before step 2 has published nothing: its staging directory is deleted, and the
+ledger may release its charge (``pipelines/job.py``). A run that fails during steps 2–4 leaves a
+directory without a manifest — incomplete, never complete-looking — and keeps its charge; re-running
+the same release id (free, same secret) completes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from apache_beam.io.filesystems import FileSystems
+
+MANIFEST = "manifest.json"
+_PROBE = ".userdp-write-probe"
+
+
+class OutputLocationError(ValueError):
+    """The release (or a staging) location cannot be written: names the path and the reason."""
+
+
+def _reason(e: BaseException) -> str:
+    return getattr(e, "strerror", None) or type(e).__name__
+
+
+def _make_dirs(directory: str) -> list[str]:
+    """Creates a local directory and its missing parents; returns those it created, deepest last.
+    Object stores have no directories: nothing to create."""
+    if "://" in directory:
+        return []
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    return missing[::-1]
+
+
+def _remove_dirs(created: list[str]) -> None:
+    for d in reversed(created):
+        try:
+            os.rmdir(d)
+        except OSError:
+            return  # not empty any more: someone else uses it
+
+
+def probe_writable(directory: str, what: str) -> None:
+    """Proves that files can be created in ``directory`` (creating and removing a probe file),
+    and leaves no trace: directories it had to create are removed again."""
+    probe = FileSystems.join(directory, _PROBE)
+    created: list[str] = []
+    try:
+        created = _make_dirs(directory)
+        with FileSystems.create(probe) as f:
+            f.write(b"")
+        FileSystems.delete([probe])
+    except Exception as e:
+        raise OutputLocationError(
+            f"{what} {directory!r} cannot be written ({_reason(e)}): check that it is a "
+            "directory (not under a regular file), that it exists or can be created, and that "
+            "this user may write to it"
+        ) from None
+    finally:
+        _remove_dirs(created)
+
+
+def staging_parent(output: str) -> str:
+    """The directory that holds the staging directory of ``output`` (its parent)."""
+    return str(FileSystems.split(output.rstrip("/"))[0])
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where the pipeline writes a release's outputs before the launcher publishes them."""
+
+    output: str  # the release directory
+    path: str  # the staging directory
+    created: tuple[str, ...] = ()  # local directories made for it (removed with it)
+
+    @classmethod
+    def create(cls, output: str) -> Staging:
+        """A fresh staging directory beside ``output``. The launcher has probed both locations
+        (:func:`probe_writable`) before charging; this creates the directory for the run."""
+        parent, name = FileSystems.split(output.rstrip("/"))
+        staging = FileSystems.join(parent, f".{name}.userdp-staging-{secrets.token_hex(6)}")
+        try:
+            created = _make_dirs(staging)
+        except Exception as e:
+            raise OutputLocationError(
+                f"the staging directory {staging!r} cannot be created ({_reason(e)})"
+            ) from None
+        return cls(output, staging, tuple(created))
+
+    def staged(self, filename: str) -> str:
+        return FileSystems.join(self.path, filename)
+
+    def discard(self) -> None:
+        """Deletes the staging directory and everything in it (a failed or finished run)."""
+        try:
+            if FileSystems.exists(self.path):
+                FileSystems.delete([self.path])
+        except Exception:
+            pass
+
+    def file_facts(self, filenames: Mapping[str, str]) -> dict[str, dict[str, object]]:
+        """Query name → {file, bytes, sha256} of its staged output; OutputLocationError if one is
+        missing or unreadable (the pipeline did not write it)."""
+        facts: dict[str, dict[str, object]] = {}
+        for name, filename in filenames.items():
+            path = self.staged(filename)
+            digest, size = hashlib.sha256(), 0
+            try:
+                with FileSystems.open(path) as f:
+                    while block := f.read(1 << 20):
+                        digest.update(block)
+                        size += len(block)
+            except Exception as e:
+                raise OutputLocationError(
+                    f"the output of query {name!r} was not written ({_reason(e)}); nothing was "
+                    "published"
+                ) from None
+            facts[name] = {"file": filename, "bytes": size, "sha256": digest.hexdigest()}
+        return facts
+
+    def publish(self, filenames: Mapping[str, str], manifest: bytes) -> dict[str, str]:
+        """Steps 2–4 of the module docstring; returns query name → published path."""
+        final = FileSystems.join(self.output, MANIFEST)
+        _make_dirs(self.output)
+        if FileSystems.exists(final):
+            FileSystems.delete([final])
+        published = {}
+        for name, filename in filenames.items():
+            target = FileSystems.join(self.output, filename)
+            if FileSystems.exists(target):
+                FileSystems.delete([target])
+            FileSystems.rename([self.staged(filename)], [target])
+            published[name] = target
+        temporary = self.staged(MANIFEST)
+        with FileSystems.create(temporary) as f:
+            f.write(manifest)
+        FileSystems.rename([temporary], [final])
+        self.discard()
+        return published
+
+
+def remove_temporary_folders(directory: str | None) -> None:
+    """Deletes Beam's ``beam-temp-*`` folders (raw dead-letter rows of a failed write)."""
+    if not directory:
+        return
+    try:
+        matches = FileSystems.match([FileSystems.join(directory, "beam-temp-*")])
+        paths = [m.path for r in matches for m in r.metadata_list]
+        if "://" not in directory and os.path.isdir(directory):
+            paths += [
+                os.path.join(directory, n)
+                for n in os.listdir(directory)
+                if n.startswith("beam-temp-")
+            ]
+        if paths:
+            FileSystems.delete(sorted(set(paths)))
+    except Exception:
+        pass

@@ -1,0 +1,86 @@
+"""Everything a release reads besides its data rows, as digests for the ledger's fingerprint.
+
+The ledger lets a release id be re-run for free because the re-run draws the *same* noise (the
+stored secret) on the *same* inputs, so it publishes the same bytes. If anything that shapes the
+released values could change between the runs, the same noise would be added to a different
+statistic, and the difference of the two outputs would be the exact, noise-free change (issue 12).
+So the fingerprint covers, beside the input files (path, size, modification time):
+
+- every file a query reads: public partition key files (by content);
+- the source of every user function a query calls (``sample_aggregate``'s ``function``): the
+  module's file, by content;
+- the userdp code itself: its version and a digest of every module of ``transforms`` and
+  ``pipelines`` (a change of a mechanism, a clamp or a rounding rule changes released values);
+- the release secret file (``[release] secret_path``): a key check value, HMAC-SHA256 of a fixed
+  label under the key — it identifies the key without revealing it.
+
+A kind that reads another file or loads other code must add it here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+from importlib import metadata
+from pathlib import Path
+
+from .config import JobConfig
+from .config_fields import ConfigError
+
+
+def _file_digest(path: str) -> str:
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 (Beam loads slowly)
+
+    digest = hashlib.sha256()
+    with FileSystems.open(path) as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+@functools.cache
+def userdp_code_digest() -> str:
+    """``<version> sha256:<digest>`` of every ``.py`` file of the installed transforms/pipelines."""
+    import transforms  # noqa: PLC0415
+
+    digest = hashlib.sha256()
+    roots = [Path(transforms.__file__).parent, Path(__file__).parent]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes() + b"\0")
+    try:
+        version = metadata.version("userdp")
+    except metadata.PackageNotFoundError:  # running from a source tree without an install
+        version = "unknown"
+    return f"{version} sha256:{digest.hexdigest()}"
+
+
+def function_source_digest(function: str) -> str:
+    """The digest of the file that defines ``module:function`` (its module's source)."""
+    module = function.split(":", 1)[0]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        return f"module {module} (no source file)"
+    return _file_digest(spec.origin)
+
+
+def release_artifacts(job: JobConfig, secret_check: str | None) -> dict[str, str]:
+    """Name → digest of everything the release reads besides its input rows (module docstring)."""
+    out = {"userdp": userdp_code_digest()}
+    for i, q in enumerate(job.queries):
+        if q.partitions not in (None, "private"):
+            try:
+                out[f"queries[{i}].partitions"] = _file_digest(str(q.partitions))
+            except OSError as e:
+                raise ConfigError(
+                    f"queries[{i}].partitions", q.partitions, "a readable file", e.strerror or "",
+                    job.source,
+                ) from None  # fmt: skip
+        function = q.options.get("function")
+        if isinstance(function, str):
+            out[f"queries[{i}].function"] = function_source_digest(function)
+    if secret_check is not None:
+        out["release.secret_path"] = secret_check
+    return out
