@@ -10,11 +10,12 @@ USERDP := .venv/bin/userdp
 STAMP := .venv/.installed.stamp
 endif
 
-.PHONY: help setup test audit lint typecheck check bench demo clean
+.PHONY: help setup test audit fuzz lint typecheck check bench demo clean
 
 help:
 	@echo "make test      - set up (if needed) and run the default test suite"
 	@echo "make audit     - privacy audits with 10^6 samples per side (slow)"
+	@echo "make fuzz      - the full malformed-input corpus: hundreds of runs (slow)"
 	@echo "make check     - ruff lint + format check + mypy"
 	@echo "make bench     - every benchmark: samplers, throughput, multi-core, accuracy (slow)"
 	@echo "make demo      - set up (if needed) and run the demo release"
@@ -34,6 +35,9 @@ test: $(STAMP)
 
 audit: $(STAMP)
 	$(PY) -m pytest -q -m slow_audit tests/audit
+
+fuzz: $(STAMP)
+	$(PY) -m pytest -q -m slow_fuzz tests/pipelines/test_malformed_inputs.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check transforms pipelines tests benchmarks
