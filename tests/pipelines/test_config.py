@@ -206,3 +206,43 @@ def test_load_job_file_errors(tmp_path: Path) -> None:
     bad.write_text("[input\npath = 1")
     with pytest.raises(ConfigError, match="valid TOML"):
         load_job(bad)
+
+
+PRIVATE_INSIDE_OUTPUT = [
+    ("input.dead_letter", {"input": {"path": "logs/*.parquet", "person": "person_id",
+                                     "dead_letter": "release/rejected/"}}),
+    ("input.dead_letter", {"input": {"path": "logs/*.parquet", "person": "person_id",
+                                     "dead_letter": "./release"}}),  # the same directory
+    ("input.path", {"input": {"path": "release/logs/*.parquet", "person": "person_id"}}),
+    ("ledger.path", {"ledger": {"path": "release/ledger.sqlite", "scope": "s"}}),
+    ("release.secret_path", {"release": {"secret_path": "release/keys/secret.key"}}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "override"), PRIVATE_INSIDE_OUTPUT)
+def test_operator_only_paths_inside_the_release_are_refused(
+    key: str, override: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 12, item 6: whatever sits under output.path is published with the release."""
+    with pytest.raises(ConfigError, match=rf"{key} = .*output\.path .* is published whole"):
+        parse_job(job(**override), base_dir=tmp_path)
+
+
+def test_a_symlinked_spelling_of_the_release_is_the_release(tmp_path: Path) -> None:
+    (tmp_path / "release").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "release")
+    raw = job(input={"path": "logs/*.parquet", "person": "person_id", "dead_letter": "alias/dl/"})
+    with pytest.raises(ConfigError, match="input.dead_letter = .*is published whole"):
+        parse_job(raw, base_dir=tmp_path)
+
+
+def test_operator_paths_beside_the_release_are_fine(tmp_path: Path) -> None:
+    """The control: a sibling whose name starts like the release's is not inside it, and the
+    release may sit inside the input directory (an input glob matches only its own files)."""
+    raw = job(
+        input={"path": "*.parquet", "person": "person_id", "dead_letter": "release2/dl/"},
+        ledger={"path": "releases.sqlite", "scope": "s"},
+        release={"secret_path": "release.key"},
+    )
+    parsed = parse_job(raw, base_dir=tmp_path)
+    assert (parsed.input.dead_letter or "").startswith(str(tmp_path / "release2"))

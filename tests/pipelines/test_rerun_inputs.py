@@ -1,0 +1,178 @@
+"""A free re-run under the ledger must publish the same bytes, or nothing (issue 12, item 3).
+
+A re-run of a release id draws the same noise (the ledger keeps the secret). If anything that
+shapes the released values changed in between — the public-key file, the source of a
+sample-and-aggregate function, userdp's own code, the release key file — the same noise would
+be added to a different statistic and the difference of the two outputs would be the exact change.
+So every one of them is in the ledger's fingerprint: editing any one makes the re-run a refused
+ledger conflict (exit 3), found before the pipeline runs, and the published release is untouched.
+The last line of defence is checked too: a re-run whose manifest differs although its fingerprint
+did not (a blind spot, simulated) is refused before publishing, and the old release stays.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import pipelines.job
+import pipelines.release_inputs
+from pipelines.cli import main
+from pipelines.generate import generate
+
+FUNCTION_MODULE = "userdp_rerun_fns"
+FUNCTION_SOURCE = """
+import numpy as np
+
+
+def mean_duration(table):
+    return float(np.mean(np.asarray(table.column("duration_s").to_numpy(), dtype=float)))
+"""
+
+JOB = f"""
+[input]
+path = "data/*.parquet"
+person = "person_id"
+
+[budget]
+epsilon = 2.0
+
+[output]
+path = "release/"
+
+[release]
+secret_path = "keys/release.key"
+
+[ledger]
+path = "ledger.sqlite"
+scope = "logs"
+release_id = "weekly-1"
+
+[[queries]]
+name = "visits"
+metric = "count"
+by = ["domain"]
+partitions = "domains.csv"
+max_partitions_per_person = 2
+max_rows_per_partition = 3
+
+[[queries]]
+name = "mean_duration"
+metric = "sample_aggregate"
+function = "{FUNCTION_MODULE}:mean_duration"
+columns = ["duration_s"]
+range = [0.0, 600.0]
+chunks = 10
+aggregator = "mean"
+"""
+
+
+@pytest.fixture
+def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A job directory with one release published under the ledger."""
+    (tmp_path / "data").mkdir()
+    generate(120, str(tmp_path / "data" / "logs.parquet"), seed=3)
+    (tmp_path / "domains.csv").write_text("domain\nsite00.example\nsite01.example\n")
+    (tmp_path / "fns").mkdir()
+    (tmp_path / "fns" / f"{FUNCTION_MODULE}.py").write_text(FUNCTION_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "fns"))
+    monkeypatch.delitem(sys.modules, FUNCTION_MODULE, raising=False)
+    (tmp_path / "keys").mkdir()
+    assert main(["keygen", str(tmp_path / "keys" / "release.key")]) == 0
+    (tmp_path / "job.toml").write_text(JOB)
+    ledger = str(tmp_path / "ledger.sqlite")
+    assert (
+        main(["ledger", "set-cap", "--ledger", ledger, "--scope", "logs", "--epsilon", "10"]) == 0
+    )
+    assert main(["run", str(tmp_path / "job.toml")]) == 0
+    return tmp_path
+
+
+def release_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "release").iterdir())}
+
+
+def siblings(root: Path) -> list[str]:
+    """Everything beside the release directory: a staging directory left behind would show."""
+    return sorted(p.name for p in root.iterdir())
+
+
+def test_an_unchanged_rerun_is_free_and_byte_identical(
+    published: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: without an edit the re-run goes through (so the refusals below are real)."""
+    before = release_files(published)
+    capsys.readouterr()
+    assert main(["run", str(published / "job.toml")]) == 0
+    assert "re-run: nothing charged" in capsys.readouterr().out
+    assert release_files(published) == before
+
+
+def _edit_key_file(root: Path, mp: pytest.MonkeyPatch) -> None:
+    (root / "domains.csv").write_text("domain\nsite00.example\nsite02.example\n")
+
+
+def _edit_function_source(root: Path, mp: pytest.MonkeyPatch) -> None:
+    source = FUNCTION_SOURCE.replace("np.mean(", "np.median(")
+    (root / "fns" / f"{FUNCTION_MODULE}.py").write_text(source)
+    mp.delitem(sys.modules, FUNCTION_MODULE, raising=False)
+
+
+def _upgrade_userdp(root: Path, mp: pytest.MonkeyPatch) -> None:
+    # a new version or any edited module of transforms/pipelines changes this digest
+    mp.setattr(pipelines.release_inputs, "userdp_code_digest", lambda: "0.2.0 sha256:new")
+
+
+def _replace_key_file(root: Path, mp: pytest.MonkeyPatch) -> None:
+    (root / "keys" / "release.key").unlink()
+    assert main(["keygen", str(root / "keys" / "release.key")]) == 0
+
+
+EDITS = {
+    "public key file": _edit_key_file,
+    "sample-and-aggregate source": _edit_function_source,
+    "userdp code": _upgrade_userdp,
+    "release key file": _replace_key_file,
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_editing_anything_the_release_reads_refuses_the_rerun_before_it_runs(
+    edit: str, published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, beside = release_files(published), siblings(published)
+    EDITS[edit](published, monkeypatch)
+    ran = []
+    monkeypatch.setattr(pipelines.job, "build_pipeline", lambda *a, **k: ran.append(1))
+    capsys.readouterr()
+    assert main(["run", str(published / "job.toml")]) == 3
+    err = capsys.readouterr().err
+    assert "weekly-1" in err and "Traceback" not in err
+    assert ran == []  # refused before the pipeline was built
+    assert release_files(published) == before and siblings(published) == beside
+
+
+def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
+    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defence in depth: a change the fingerprint does not see (simulated by hiding the key
+    file's digest) still cannot overwrite the release — the manifests are compared first."""
+    original = pipelines.release_inputs.release_artifacts
+
+    def blind(*args: object, **kwargs: object) -> dict[str, str]:
+        artifacts = original(*args, **kwargs)  # type: ignore[arg-type]
+        return {k: v for k, v in artifacts.items() if not k.endswith(".partitions")}
+
+    monkeypatch.setattr(pipelines.job, "release_artifacts", blind)
+    job = published / "job.toml"
+    job.write_text(JOB.replace('"weekly-1"', '"weekly-2"'))  # a new id, fingerprinted blind
+    assert main(["run", str(job)]) == 0
+    before, beside = release_files(published), siblings(published)
+    capsys.readouterr()
+    _edit_key_file(published, monkeypatch)
+    assert main(["run", str(published / "job.toml")]) == 3  # a ledger conflict
+    err = capsys.readouterr().err
+    assert "differ from the published ones" in err and "nothing was published" in err
+    assert release_files(published) == before and siblings(published) == beside
