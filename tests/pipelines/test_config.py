@@ -232,7 +232,7 @@ def test_a_symlinked_spelling_of_the_release_is_the_release(tmp_path: Path) -> N
     (tmp_path / "release").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "release")
     raw = job(input={"path": "logs/*.parquet", "person": "person_id", "dead_letter": "alias/dl/"})
-    with pytest.raises(ConfigError, match="input.dead_letter = .*is published whole"):
+    with pytest.raises(ConfigError, match=r"input\.dead_letter = .*is published whole"):
         parse_job(raw, base_dir=tmp_path)
 
 
