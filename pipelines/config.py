@@ -16,7 +16,6 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
@@ -31,17 +30,36 @@ from .config_fields import (
     parse_partitions,
     parse_shares,
 )
+from .config_model import (
+    BUDGET_KEYS,
+    INPUT_KEYS,
+    LEDGER_KEYS,
+    OUTPUT_KEYS,
+    QUERY_KEYS,
+    RUNNER_KEYS,
+    BudgetConfig,
+    InputConfig,
+    JobConfig,
+    LedgerConfig,
+    OutputConfig,
+    QueryConfig,
+    ReleaseConfig,
+    RunnerConfig,
+)
 from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, kind_for, option_kind
 from .kinds.base import QuerySection
 
 __all__ = [
+    "QUERY_KEYS",
     "BudgetConfig",
     "ConfigError",
     "InputConfig",
     "JobConfig",
+    "LedgerConfig",
     "OutputConfig",
     "QueryConfig",
+    "ReleaseConfig",
     "RunnerConfig",
     "load_job",
     "parse_job",
@@ -100,119 +118,6 @@ _GAUSSIAN_NEEDS_DELTA = (
 )
 
 
-@dataclass(frozen=True)
-class InputConfig:
-    path: str
-    format: str
-    person: str
-    person_type: str | None = None  # None: the Parquet/Avro schema's, "string" for CSV/JSONL
-    dead_letter: str | None = None  # operator-only path for rejected (raw, private) rows
-    # declared column types (string | int | float | bool): the types of CSV/JSONL columns, which
-    # carry none, and a check of Parquet/Avro schemas — never inferred from values (issue 12)
-    columns: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-
-    def declared_types(self) -> dict[str, str]:
-        """``columns`` with the person column's type from ``person_type`` when it is given."""
-        out = dict(self.columns)
-        if self.person_type is not None:
-            out[self.person] = self.person_type
-        return out
-
-
-@dataclass(frozen=True)
-class ReleaseConfig:
-    """``[release]``: ``secret_path`` is a key file (local or any Beam filesystem) that workers
-    read at setup, so that no noise key travels in the job graph (docs/threat-model.md)."""
-
-    secret_path: str | None = None
-
-
-@dataclass(frozen=True)
-class BudgetConfig:
-    """The total: ``epsilon`` (+ optional ``delta``) or ``rho`` (+ optional ``delta``, spent only by
-    private partition selection). Exact fractions."""
-
-    epsilon: Fraction | None = None
-    delta: Fraction | None = None
-    rho: Fraction | None = None
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    name: str = "direct"
-    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    path: str
-    format: str = "parquet"
-
-
-@dataclass(frozen=True)
-class QueryConfig:
-    """One query. ``partitions`` is "private", a resolved path to public keys, or None (no ``by``).
-    ``epsilon``/``delta``/``rho`` are optional explicit shares of the total."""
-
-    name: str
-    metric: str
-    by: tuple[str, ...] = ()
-    value: str | None = None
-    bounds: tuple[float, float] | None = None
-    max_partitions_per_person: int = 1
-    max_rows_per_partition: int = 1
-    partitions: str | None = None
-    noise: str = "laplace"
-    epsilon: Fraction | None = None
-    delta: Fraction | None = None
-    rho: Fraction | None = None
-    # a query kind's own keys (pipelines/kinds/), validated by its parser; empty for aggregates
-    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def private_partitions(self) -> bool:
-        return self.partitions == "private"
-
-
-# The job file's keys are these dataclasses' fields (a query kind's own keys live in `options`).
-_INPUT_KEYS, _BUDGET_KEYS, _RUNNER_KEYS, _OUTPUT_KEYS = (
-    tuple(c.__dataclass_fields__) for c in (InputConfig, BudgetConfig, RunnerConfig, OutputConfig)
-)
-QUERY_KEYS = tuple(f for f in QueryConfig.__dataclass_fields__ if f != "options")
-
-
-@dataclass(frozen=True)
-class LedgerConfig:
-    """Where the release is charged (docs/ledger.md). ``location``: a SQLite path (resolved) or a
-    ``postgresql://`` URL; ``periods`` or ``period_rule`` (a regex over input paths) say which
-    data periods the release reads; ``release_id`` None means a new release on every run."""
-
-    location: str
-    scope: str
-    periods: tuple[str, ...] = ()
-    period_rule: str | None = None
-    release_id: str | None = None
-
-
-_LEDGER_KEYS = ("path", "url", "scope", "periods", "period_rule", "release_id")
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    input: InputConfig
-    budget: BudgetConfig
-    runner: RunnerConfig
-    output: OutputConfig
-    queries: tuple[QueryConfig, ...]
-    # sha256 of the canonical JSON of what determines the release's values: input, budget,
-    # output and queries, paths as written. Not the runner (every runner gives the same bytes)
-    # nor the ledger (moving the ledger does not change the release).
-    config_hash: str
-    source: str = ""
-    ledger: LedgerConfig | None = None
-    release: ReleaseConfig = field(default_factory=ReleaseConfig)
-
-
 def load_job(path: str | Path) -> JobConfig:
     """Read and validate a TOML job file."""
     p = Path(path)
@@ -240,12 +145,12 @@ def parse_job(
     v = Validator(source, Path(base_dir).absolute() if base_dir is not None else Path.cwd())
     v.keys(raw, "", _SECTIONS)
     inp = v.table(raw, "input", required=True)
-    v.keys(inp, "input.", _INPUT_KEYS)
+    v.keys(inp, "input.", INPUT_KEYS)
     budget = _parse_budget(v, v.table(raw, "budget", required=True))
     runner_raw = v.table(raw, "runner", required=False)
-    v.keys(runner_raw, "runner.", _RUNNER_KEYS)
+    v.keys(runner_raw, "runner.", RUNNER_KEYS)
     out_raw = v.table(raw, "output", required=True)
-    v.keys(out_raw, "output.", _OUTPUT_KEYS)
+    v.keys(out_raw, "output.", OUTPUT_KEYS)
     queries_raw = raw.get("queries", MISSING)
     if not isinstance(queries_raw, list) or not queries_raw:
         v.fail("queries", queries_raw, "one or more [[queries]] tables", "add a [[queries]] table")
@@ -354,7 +259,7 @@ def _parse_release(v: Validator, raw: Mapping[str, Any]) -> ReleaseConfig:
 
 def _parse_ledger(v: Validator, raw: Mapping[str, Any]) -> LedgerConfig:
     t = v.table(raw, "ledger", required=True)
-    v.keys(t, "ledger.", _LEDGER_KEYS)
+    v.keys(t, "ledger.", LEDGER_KEYS)
     path, url = (
         v.string(t, "ledger.path", required=False),
         v.string(t, "ledger.url", required=False),
@@ -411,7 +316,7 @@ def _canonical_hash(cfg: JobConfig) -> str:
 
 
 def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
-    v.keys(b, "budget.", _BUDGET_KEYS)
+    v.keys(b, "budget.", BUDGET_KEYS)
     eps = v.number(b, "budget.epsilon", positive=True)
     rho = v.number(b, "budget.rho", positive=True)
     delta = v.number(b, "budget.delta", below_one=True)

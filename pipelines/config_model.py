@@ -1,0 +1,126 @@
+"""The job file's model: frozen dataclasses, one per section (parsed in :mod:`.config`).
+
+The job file's keys are these dataclasses' fields; a query kind's own keys live in
+``QueryConfig.options`` and are validated by the kind's parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    path: str
+    format: str
+    person: str
+    person_type: str | None = None  # None: the Parquet/Avro schema's, "string" for CSV/JSONL
+    dead_letter: str | None = None  # operator-only path for rejected (raw, private) rows
+    # declared column types (string | int | float | bool): the types of CSV/JSONL columns, which
+    # carry none, and a check of Parquet/Avro schemas — never inferred from values (issue 12)
+    columns: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def declared_types(self) -> dict[str, str]:
+        """``columns`` with the person column's type from ``person_type`` when it is given."""
+        out = dict(self.columns)
+        if self.person_type is not None:
+            out[self.person] = self.person_type
+        return out
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """``[release]``: ``secret_path`` is a key file (local or any Beam filesystem) that workers
+    read at setup, so that no noise key travels in the job graph (docs/threat-model.md)."""
+
+    secret_path: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The total: ``epsilon`` (+ optional ``delta``) or ``rho`` (+ optional ``delta``, spent only by
+    private partition selection). Exact fractions."""
+
+    epsilon: Fraction | None = None
+    delta: Fraction | None = None
+    rho: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    name: str = "direct"
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    path: str
+    format: str = "parquet"
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """One query. ``partitions`` is "private", a resolved path to public keys, or None (no ``by``).
+    ``epsilon``/``delta``/``rho`` are optional explicit shares of the total."""
+
+    name: str
+    metric: str
+    by: tuple[str, ...] = ()
+    value: str | None = None
+    bounds: tuple[float, float] | None = None
+    max_partitions_per_person: int = 1
+    max_rows_per_partition: int = 1
+    partitions: str | None = None
+    noise: str = "laplace"
+    epsilon: Fraction | None = None
+    delta: Fraction | None = None
+    rho: Fraction | None = None
+    # a query kind's own keys (pipelines/kinds/), validated by its parser; empty for aggregates
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def private_partitions(self) -> bool:
+        return self.partitions == "private"
+
+
+# The job file's keys are these dataclasses' fields (a query kind's own keys live in `options`).
+INPUT_KEYS, BUDGET_KEYS, RUNNER_KEYS, OUTPUT_KEYS = (
+    tuple(c.__dataclass_fields__) for c in (InputConfig, BudgetConfig, RunnerConfig, OutputConfig)
+)
+QUERY_KEYS = tuple(f for f in QueryConfig.__dataclass_fields__ if f != "options")
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    """Where the release is charged (docs/ledger.md). ``location``: a SQLite path (resolved) or a
+    ``postgresql://`` URL; ``periods`` or ``period_rule`` (a regex over input paths) say which
+    data periods the release reads; ``release_id`` None means a new release on every run."""
+
+    location: str
+    scope: str
+    periods: tuple[str, ...] = ()
+    period_rule: str | None = None
+    release_id: str | None = None
+
+
+LEDGER_KEYS = ("path", "url", "scope", "periods", "period_rule", "release_id")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    input: InputConfig
+    budget: BudgetConfig
+    runner: RunnerConfig
+    output: OutputConfig
+    queries: tuple[QueryConfig, ...]
+    # sha256 of the canonical JSON of what determines the release's values: input, budget,
+    # output and queries, paths as written. Not the runner (every runner gives the same bytes)
+    # nor the ledger (moving the ledger does not change the release).
+    config_hash: str
+    source: str = ""
+    ledger: LedgerConfig | None = None
+    release: ReleaseConfig = field(default_factory=ReleaseConfig)
