@@ -41,7 +41,11 @@ class Reservation:
 
     def to_manifest(self) -> dict[str, Any]:
         """The charge, for ``manifest.json``: the same on every run of this release id (nothing
-        that varies between runs, such as ``rerun`` or what remains, and never the secret)."""
+        that varies between runs, such as ``rerun`` or what remains, and never the secret).
+
+        Not the input fingerprint: it digests the input files' sizes, which depend on the rows
+        of every person — a published value computed from the data without noise (issue 12,
+        item 7). It stays in the ledger, for the operator; ``release_id`` links the two."""
         return {
             "release_id": self.release_id,
             "scope": self.scope,
@@ -49,7 +53,6 @@ class Reservation:
             "cost": self.cost.to_manifest(),
             "counted": self.counted.to_manifest(),
             "conversion": self.conversion,
-            "input_fingerprint": self.input_fingerprint,
         }
 
 
