@@ -14,8 +14,9 @@ messages never show data values. Derivations: ``docs/shifted_inverse.md`` §3.
   with the most rows above it is optimal, which gives a one-pass algorithm
   (:func:`kth_largest_down_values`).
 * Distinct values: exact f(x, j) is a coverage problem; :func:`distinct_down_values` uses the LP
-  relaxation of FDY22's approximate version, rounded so that its loss keeps sensitivity 1, with a
-  certificate that makes the rounding exact (``docs/shifted_inverse.md`` §4, size limit there).
+  relaxation of FDY22's approximate version, rounded down so that its loss keeps sensitivity 1;
+  the floor is computed exactly as a concave envelope by max flows (:mod:`.distinct_envelope`,
+  ``docs/shifted_inverse.md`` §4), so it never fails on data.
 """
 
 from __future__ import annotations
@@ -27,13 +28,9 @@ from itertools import pairwise
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import sparse
-from scipy.optimize import linprog
 
 from .discrete import Rational, as_fraction
-
-_LP_SCALE_BITS = 40  # certificates are computed on integers in units of 2^−40
-_LP_TOLERANCE = 1e-10
+from .distinct_envelope import holder_classes, lp_values
 
 
 def _check_count(count: int) -> None:
@@ -182,95 +179,6 @@ def rank_error(values: ArrayLike, k: int, y: float) -> int:
 # --- Distinct values: the LP relaxation ------------------------------------------------------
 
 
-class DistinctCertificateError(ArithmeticError):
-    """The LP's floor could not be certified exactly: the instance is beyond the size limit
-    (``docs/shifted_inverse.md`` §4). The release must be abandoned, never retried with a looser
-    rule; the message carries no data."""
-
-
-def _holder_classes(
-    values: ArrayLike, persons: ArrayLike
-) -> tuple[int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """(distinct values D, persons P, class weights w, class of each incidence, person of each
-    incidence): values with the same set of holders merged into one class of weight = how many."""
-    vcode, _ = _dense_codes(values)
-    pcode, n_persons = _dense_codes(persons)
-    if len(vcode) != len(pcode):
-        raise ValueError("values and persons must have the same length")
-    pairs = np.unique(np.stack([vcode, pcode], axis=1), axis=0)  # sorted by value, then person
-    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
-    holders = np.split(pairs[:, 1], starts[1:])
-    classes: dict[bytes, int] = {}
-    weights: list[int] = []
-    members: list[NDArray[np.int64]] = []
-    for h in holders:
-        key = h.tobytes()
-        if key in classes:
-            weights[classes[key]] += 1
-        else:
-            classes[key] = len(weights)
-            weights.append(1)
-            members.append(h)
-    inc_class = np.repeat(np.arange(len(members)), [len(m) for m in members])
-    inc_person = np.concatenate(members) if members else np.zeros(0, dtype=np.int64)
-    return len(holders), n_persons, np.asarray(weights, np.int64), inc_class, inc_person
-
-
-def _certified_lp_floor(
-    x: NDArray[np.float64],
-    *,
-    marginals: NDArray[np.float64],
-    j: int,
-    weights: NDArray[np.int64],
-    inc_class: NDArray[np.int64],
-    inc_person: NDArray[np.int64],
-) -> int:
-    """⌊LP(j)⌋ exactly, from HiGHS's primal and dual solutions, or DistinctCertificateError.
-
-    A repaired primal gives an exact lower bound LB, a repaired dual an exact upper bound UB
-    (weak duality), both as integers in units of 2^−40. The LP optimum is a rational whose
-    denominator is at most P + 1 (docs §4), so if [LB, UB] holds an integer m and UB − LB < 1/(P+1),
-    the optimum is m.
-    """
-    one = 1 << _LP_SCALE_BITS
-    n_persons, n_classes = len(x) - len(weights), len(weights)  # P < 2^22: int64 sums below
-    u = np.floor(np.clip(x[:n_persons], 0.0, 1.0) * one).astype(np.int64)
-    budget, used = j * one, int(u.sum())
-    if used > budget:  # repair the budget row: scale down, then trim what rounding left over
-        u = np.floor(u * (budget / used)).astype(np.int64)
-        excess = int(u.sum()) - budget
-        while excess > 0:
-            i = int(np.argmax(u))
-            take = min(excess, int(u[i]))
-            u[i] -= take
-            excess -= take
-    z = np.full(n_classes, one, dtype=np.int64)
-    np.minimum.at(z, inc_class, u[inc_person])
-    lower = sum(int(w) * int(v) for w, v in zip(weights.tolist(), z.tolist(), strict=True))
-
-    # Dual sums in Python integers (object arrays): no int64 overflow whatever HiGHS returns.
-    y = np.array([int(v) for v in np.rint(np.maximum(0.0, -marginals[:-1]) * one)], dtype=object)
-    lam = round(max(0.0, -float(marginals[-1])) * one)
-    cover = np.zeros(n_classes, dtype=object)
-    np.add.at(cover, inc_class, y)
-    load = np.zeros(n_persons, dtype=object)
-    np.add.at(load, inc_person, y)
-    pairs = zip(weights.tolist(), cover, strict=True)
-    slack_z = sum(max(0, int(w) * one - int(c)) for w, c in pairs)
-    slack_u = sum(max(0, int(v) - lam) for v in load)
-    upper: int = lam * j + slack_z + slack_u
-
-    lo_floor, hi_floor = lower // one, upper // one
-    if lo_floor == hi_floor:
-        return hi_floor
-    if hi_floor == lo_floor + 1 and (upper - lower) * (n_persons + 1) < one:
-        return hi_floor
-    raise DistinctCertificateError(
-        "could not certify the distinct-count LP bound exactly; the instance exceeds the size "
-        "limit in docs/shifted_inverse.md §4 (no release is made)"
-    )
-
-
 def distinct_down_values(values: ArrayLike, persons: ArrayLike, count: int) -> list[int]:
     """f̃(x, j) = D − ⌊LP(x, j)⌋ for j < ``count``: the number of distinct ``values`` minus the LP
     bound on how many values j removed persons can take away entirely.
@@ -278,39 +186,18 @@ def distinct_down_values(values: ArrayLike, persons: ArrayLike, count: int) -> l
     LP(x, j) = max Σ_v z_v s.t. z_v ≤ u_p for every holder p of v, Σ_p u_p ≤ j, 0 ≤ u, z ≤ 1
     (FDY22's approximate shifted inverse). f̃ is non-increasing in j, f̃(x, 0) = D, f̃ ≤ the exact
     f(x, j), and f̃(x', j+1) ≤ f̃(x, j) ≤ f̃(x', j) when x' adds one person: exactly what keeps the
-    loss's sensitivity at 1 (proof in docs §4). Solved with scipy's HiGHS, one LP per j, floors
-    certified exactly; raises DistinctCertificateError past the size limit.
+    loss's sensitivity at 1, so the shifted inverse mechanism stays pure ε-DP (or ρ-zCDP) under
+    adding or removing one person (proof in docs §4).
+
+    ⌊LP(x, j)⌋ is computed exactly, in integer arithmetic, as the concave envelope of
+    (|S|, F(S)) (:mod:`.distinct_envelope`, derivation in docs §4). It never fails on data: no
+    solver tolerance, certificate or size limit decides whether a release happens. The max flows
+    inside run on scipy (int32) or in pure Python (larger capacities); both give the same exact
+    minimum cut, so which one ran is not observable in the output (only in the running time).
     """
     _check_count(count)
     if np.asarray(values).size == 0:
         return [0] * count
-    n_distinct, n_persons, weights, inc_class, inc_person = _holder_classes(values, persons)
-    out = [n_distinct]
-    n_classes, n_inc = len(weights), len(inc_class)
-    rows = np.r_[np.arange(n_inc), np.arange(n_inc), np.full(n_persons, n_inc)]
-    cols = np.r_[n_persons + inc_class, inc_person, np.arange(n_persons)]
-    data = np.r_[np.ones(n_inc), -np.ones(n_inc), np.ones(n_persons)]
-    a_ub = sparse.csr_array((data, (rows, cols)), shape=(n_inc + 1, n_persons + n_classes))
-    cost = np.r_[np.zeros(n_persons), -weights.astype(np.float64)]
-    options = {
-        "primal_feasibility_tolerance": _LP_TOLERANCE,
-        "dual_feasibility_tolerance": _LP_TOLERANCE,
-    }
-    for j in range(1, count):
-        if out[-1] == 0 or j >= n_persons:
-            out.append(0)  # every value can go (u = 1 for all persons)
-            continue
-        b_ub = np.r_[np.zeros(n_inc), float(j)]
-        res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, 1), method="highs", options=options)
-        if res.status != 0:
-            raise DistinctCertificateError(f"HiGHS did not solve the LP (status {res.status})")
-        removed = _certified_lp_floor(
-            res.x,
-            marginals=res.ineqlin.marginals,
-            j=j,
-            weights=weights,
-            inc_class=inc_class,
-            inc_person=inc_person,
-        )
-        out.append(max(0, n_distinct - removed))
-    return out
+    n_distinct, n_persons, weights, inc_class, inc_person = holder_classes(values, persons)
+    lp = lp_values(n_persons, weights, inc_class, inc_person, count)
+    return [n_distinct - v.numerator // v.denominator for v in lp]
