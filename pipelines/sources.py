@@ -256,8 +256,9 @@ class _ReadFile(beam.DoFn):
         rename = {f"f{p}": n for p, n in zip(positions, names, strict=True)}
         first = True
         for chunk, overlong in line_chunks(f):
-            lines = chunk[1:] if first else chunk  # the header was inspected on the launcher
-            first = False
+            lines = chunk
+            if first and lines:  # the header (inspected on the launcher) is the first line; a
+                lines, first = lines[1:], False  # chunk may be empty when it has no line break
             data, escaped = escape_utf8(b"\n".join(lines))
             tables, malformed = parser.parse(data.split(b"\n") if lines else [])
             for table in tables:

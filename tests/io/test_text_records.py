@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.sources import InputSchema, records_to_table
+from pipelines.sources import InputSchema, _ReadFile, inspect_inputs, records_to_table
 from pipelines.text_records import (
     MAX_LINE_BYTES,
     CsvLines,
@@ -171,3 +171,15 @@ def test_csv_through_the_pipeline_keeps_every_other_row(tmp_path: Path) -> None:
     clean, dead = run_read_validate(schema, str(tmp_path / "run"))
     assert clean.num_rows == 40_000
     assert sorted(d["reason"] for d in dead) == ["malformed record", "malformed record"]
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n", b"\r"])
+def test_a_csv_holding_only_its_header_has_no_rows(tmp_path: Path, ending: bytes) -> None:
+    """Found by the full malformed-input corpus: a header without a line break came first as an
+    empty chunk, then as a data line (one spurious dead letter)."""
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"person_id,domain,duration_s" + ending)
+    columns = {"person_id": "person", "domain": "key", "duration_s": "number"}
+    schema = inspect_inputs(str(path), "csv", columns, {"person_id": "int"})
+    tables = list(_ReadFile(schema).process(str(path)))
+    assert sum(t.num_rows for t in tables) == 0
