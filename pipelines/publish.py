@@ -88,6 +88,16 @@ def staging_parent(output: str) -> str:
     return str(FileSystems.split(output.rstrip("/"))[0])
 
 
+def file_sha256(path: str) -> tuple[str, int]:
+    """(hex SHA-256, size in bytes) of a file on any Beam filesystem, read in 1 MiB blocks."""
+    digest, size = hashlib.sha256(), 0
+    with FileSystems.open(path) as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
 @dataclass(frozen=True)
 class Staging:
     """Where the pipeline writes a release's outputs before the launcher publishes them."""
@@ -127,18 +137,14 @@ class Staging:
         facts: dict[str, dict[str, object]] = {}
         for name, filename in filenames.items():
             path = self.staged(filename)
-            digest, size = hashlib.sha256(), 0
             try:
-                with FileSystems.open(path) as f:
-                    while block := f.read(1 << 20):
-                        digest.update(block)
-                        size += len(block)
+                sha256, size = file_sha256(path)
             except Exception as e:
                 raise OutputLocationError(
                     f"the output of query {name!r} was not written ({_reason(e)}); nothing was "
                     "published"
                 ) from None
-            facts[name] = {"file": filename, "bytes": size, "sha256": digest.hexdigest()}
+            facts[name] = {"file": filename, "bytes": size, "sha256": sha256}
         return facts
 
     def publish(self, filenames: Mapping[str, str], manifest: bytes) -> dict[str, str]:

@@ -27,16 +27,11 @@ from pathlib import Path
 
 from .config import JobConfig
 from .config_fields import ConfigError
+from .publish import file_sha256
 
 
 def _file_digest(path: str) -> str:
-    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 (Beam loads slowly)
-
-    digest = hashlib.sha256()
-    with FileSystems.open(path) as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + file_sha256(path)[0]
 
 
 @functools.cache
