@@ -40,8 +40,8 @@ fuzz: $(STAMP)
 	$(PY) -m pytest -q -m slow_fuzz tests/pipelines/test_malformed_inputs.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check transforms pipelines tests benchmarks
-	$(PY) -m ruff format --check transforms pipelines tests benchmarks
+	$(PY) -m ruff check userdp transforms pipelines tests benchmarks examples
+	$(PY) -m ruff format --check userdp transforms pipelines tests benchmarks examples
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

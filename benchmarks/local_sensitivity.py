@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipelines.generate import generate
-from transforms.mechanisms.exponential import ExponentialMechanism, sample_exp_weights
-from transforms.mechanisms.ptr_ladder import LadderPTR
-from transforms.mechanisms.rng import KeyedRng
-from transforms.mechanisms.smooth_sensitivity import (
+from userdp.pipelines.generate import generate
+from userdp.transforms.mechanisms.exponential import ExponentialMechanism, sample_exp_weights
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
     LaplaceLogNormalNoise,
     LaplaceNoise,

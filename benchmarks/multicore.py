@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipelines.config import parse_job
-from pipelines.generate import generate
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 
 def _job(data: Path, out: Path, options: dict[str, object]) -> dict[str, object]:

@@ -37,24 +37,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
-from pipelines import example_functions
-from pipelines.generate import generate
-from pipelines.sources import ReadArrowTables, inspect_inputs
-from transforms.aggregate import split_by_shard
-from transforms.chunking import (
+from userdp.pipelines import example_functions
+from userdp.pipelines.generate import generate
+from userdp.pipelines.sources import ReadArrowTables, inspect_inputs
+from userdp.transforms.aggregate import split_by_shard
+from userdp.transforms.chunking import (
     NOISE_LABEL,
     SampleAndAggregate,
     canonical_chunk,
     chunk_answers,
     chunk_key,
 )
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.mechanisms.sample_aggregate import (
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import (
     SampleAggregateParams,
     default_chunks,
     sanitize_answer,
 )
-from transforms.validate import ValidateRows, split_table
+from userdp.transforms.validate import ValidateRows, split_table
 
 FUNCTIONS: dict[str, tuple[float, float]] = {  # name → output range (public, chosen a priori)
     "duration_vs_hour_slope": (-5.0, 5.0),
@@ -77,7 +77,7 @@ def clean_logs(people: int) -> pa.Table:
 def params(name: str, epsilon: float, chunks: int, aggregator: str) -> SampleAggregateParams:
     return SampleAggregateParams(
         name,
-        f"pipelines.example_functions:{name}",
+        f"userdp.pipelines.example_functions:{name}",
         FUNCTIONS[name],
         epsilon,
         aggregator=aggregator,  # type: ignore[arg-type]

@@ -17,16 +17,16 @@ import time
 from collections.abc import Callable
 from fractions import Fraction
 
-from transforms.mechanisms import heavy_tailed
-from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from transforms.mechanisms.discrete import (
+from userdp.transforms.mechanisms import heavy_tailed
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.discrete import (
     bernoulli_exp_neg,
     discrete_gaussian,
     discrete_laplace,
     geometric_exp,
 )
-from transforms.mechanisms.exponential import ExponentialMechanism
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.exponential import ExponentialMechanism
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 SECRET = bytes(range(32))
 Sampler = Callable[[KeyedRng], object]

@@ -39,17 +39,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipelines.generate import generate
-from transforms.mechanisms.additive import laplace_mechanism
-from transforms.mechanisms.auto_bound import ClampChoiceParams
-from transforms.mechanisms.exponential import sample_exp_weights
-from transforms.mechanisms.rng import KeyedRng
-from transforms.mechanisms.shifted_inverse import (
+from userdp.pipelines.generate import generate
+from userdp.transforms.mechanisms.additive import laplace_mechanism
+from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
+from userdp.transforms.mechanisms.exponential import sample_exp_weights
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.shifted_inverse import (
     ShiftedInverseParams,
     shifted_inverse,
     shifted_inverse_quantile,
 )
-from transforms.mechanisms.shifted_inverse_stats import (
+from userdp.transforms.mechanisms.shifted_inverse_stats import (
     distinct_down_values,
     kth_largest_down_values,
     max_down_values,

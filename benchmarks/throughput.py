@@ -48,12 +48,12 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.transforms import combiners
 
-from pipelines.cli import main as userdp_main
-from pipelines.config import load_job
-from pipelines.generate import generate
-from pipelines.job import run_release
-from pipelines.runners import pipeline_options
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.cli import main as userdp_main
+from userdp.pipelines.config import load_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.pipelines.runners import pipeline_options
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 PERSON, DOMAIN = "person_id", "domain"
 L, C = 5, 3

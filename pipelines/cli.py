@@ -106,7 +106,7 @@ _CHARGE = {
 
 
 def _run_logged(args: argparse.Namespace, log: Any) -> int:
-    from transforms.keys import KeyFileError  # noqa: PLC0415
+    from userdp.transforms.keys import KeyFileError  # noqa: PLC0415
 
     from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
     from .ledger import LedgerError  # noqa: PLC0415

@@ -315,6 +315,19 @@ def _canonical_hash(cfg: JobConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def parse_budget_table(raw: Mapping[str, Any], *, source: str = "") -> BudgetConfig:
+    """A ``[budget]`` table on its own (the library's ``Budget``): the job file's rules."""
+    return _parse_budget(Validator(source, Path.cwd()), raw)
+
+
+def parse_query_table(
+    raw: Mapping[str, Any], budget: BudgetConfig, *, key: str, source: str = ""
+) -> QueryConfig:
+    """One ``[[queries]]`` table on its own (the library's metric transforms), with the job
+    file's rules; errors name ``key`` (e.g. ``Count('visits')``) instead of ``queries[i]``."""
+    return _parse_query(Validator(source, Path.cwd()), raw, 0, budget, prefix=key)
+
+
 def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
     v.keys(b, "budget.", BUDGET_KEYS)
     eps = v.number(b, "budget.epsilon", positive=True)
@@ -327,8 +340,10 @@ def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
     return BudgetConfig(epsilon=eps, delta=delta if delta else None, rho=rho)
 
 
-def _parse_query(v: Validator, q: Any, i: int, budget: BudgetConfig) -> QueryConfig:
-    k = f"queries[{i}]"
+def _parse_query(
+    v: Validator, q: Any, i: int, budget: BudgetConfig, prefix: str | None = None
+) -> QueryConfig:
+    k = prefix or f"queries[{i}]"
     if not isinstance(q, Mapping):
         v.fail(k, q, "a [[queries]] table", "")
     name = v.string(q, f"{k}.name")
@@ -336,9 +351,9 @@ def _parse_query(v: Validator, q: Any, i: int, budget: BudgetConfig) -> QueryCon
         v.fail(f"{k}.name", name, *_BAD_NAME)
     metric = v.choice(q, f"{k}.metric", (*METRICS, *METRIC_KINDS))
     if metric in METRIC_KINDS:
-        return kind_for(metric).parse(QuerySection(v, q, i, budget))
+        return kind_for(metric).parse(QuerySection(v, q, i, budget, prefix=k))
     if metric in ("count", "sum") and "bound" in q:  # bound = "auto": a private clamp choice
-        return option_kind("auto_bound").parse(QuerySection(v, q, i, budget))
+        return option_kind("auto_bound").parse(QuerySection(v, q, i, budget, prefix=k))
     v.keys(q, f"{k}.", QUERY_KEYS)
     by = parse_by(v, q, k)
     value = v.string(q, f"{k}.value", required=metric in ("sum", "mean"))

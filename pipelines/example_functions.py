@@ -3,7 +3,7 @@
 Each takes one chunk as a ``pa.Table`` — every row of the chunk's persons, with the clean-table
 columns ``__person__`` (string), ``timestamp`` (Unix seconds, float64 or int64) and
 ``duration_s`` (float64) — and returns a float. None is private on its own: they are named in a
-``sample_aggregate`` query (``"pipelines.example_functions:session_duration_p90"``) and their
+``sample_aggregate`` query (``"userdp.pipelines.example_functions:session_duration_p90"``) and their
 answers on the k person chunks are released by a private aggregator (docs/sample_aggregate.md).
 
 A function may raise on a chunk where its answer is undefined (e.g. too few rows); the framework

@@ -30,8 +30,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.keys import KeyFileError, ReleaseKeys, read_key_file
-from transforms.mechanisms.rng import ReleaseKey, key_check_value, new_release_secret
+from userdp.transforms.keys import KeyFileError, ReleaseKeys, read_key_file
+from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_release_secret
 
 from . import charging
 from .config import JobConfig

@@ -28,10 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from importlib import metadata
 from typing import Any, cast
 
-from transforms.mechanisms.accounting import (
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     Budget,
@@ -44,10 +43,13 @@ from transforms.mechanisms.accounting import (
     split_budget,
     zcdp_budget_for,
 )
-from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from transforms.mechanisms.discrete import discrete_laplace_std
-from transforms.mechanisms.partition_selection import GaussianThresholding, LaplaceThresholding
-from transforms.params import (
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.discrete import discrete_laplace_std
+from userdp.transforms.mechanisms.partition_selection import (
+    GaussianThresholding,
+    LaplaceThresholding,
+)
+from userdp.transforms.params import (
     BoundingParams,
     Metric,
     NoiseMechanism,
@@ -58,8 +60,9 @@ from transforms.params import (
 
 from .config import ConfigError, JobConfig, QueryConfig
 from .kinds import kind_of
-from .kinds.base import KindPlan, PlanContext, QueryKind
+from .kinds.base import KindPlan, PlanContext
 from .public_keys import read_public_keys
+from .version import userdp_code_digest, userdp_version
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -154,6 +157,8 @@ class ReleasePlan:
             }
         return {
             "userdp_version": userdp_version(),
+            # changes whenever released values can change (pipelines/version.py)
+            "userdp_code": userdp_code_digest(),
             "config_hash": self.config_hash,
             "total": self.total.to_manifest(),
             "spent": self.spent.to_manifest(),
@@ -162,13 +167,6 @@ class ReleasePlan:
             "its noisy count released); Gaussian: thresholding gets ρ/2 and the selection δ",
             "queries": [q.to_manifest() for q in self.queries],
         }
-
-
-def userdp_version() -> str:
-    try:
-        return metadata.version("userdp")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def plan_release(job: JobConfig) -> ReleasePlan:
@@ -181,7 +179,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         total = ApproxDP(b.epsilon or 0, b.delta)
     else:
         total = PureDP(b.epsilon or 0)
-    explicit = {q.name: _explicit_share(q, total) for q in job.queries}
+    explicit = {q.name: explicit_share(q, total) for q in job.queries}
     try:
         shares = split_budget(total, explicit)
     except BudgetExceededError as e:
@@ -194,11 +192,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         ) from e
     sel_deltas = _split_selection_delta(job, total)
     plans = tuple(
-        _plan_query(job, i, q, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
-        if kind_of(q) is None
-        else _kind(q).plan(
-            q, PlanContext(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0)))
-        )
+        plan_query(q, job_plan_context(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0))))
         for i, q in enumerate(job.queries)
     )
     spent = compose(*(p.share for p in plans))
@@ -212,19 +206,33 @@ def plan_release(job: JobConfig) -> ReleasePlan:
     )
 
 
+def job_plan_context(job: JobConfig, i: int, share: Budget, sel_delta: Fraction) -> PlanContext:
+    """The context of ``job.queries[i]``: errors name ``queries[i]``, keys come from its file."""
+    q = job.queries[i]
+    return PlanContext(
+        f"queries[{i}]",
+        job.source,
+        job.input.person,
+        share,
+        sel_delta,
+        lambda: read_public_keys(q, f"queries[{i}].partitions", job.source),
+    )
+
+
+def plan_query(q: QueryConfig, ctx: PlanContext) -> QueryPlan | KindPlan:
+    """One query planned from its share: the bounded aggregates here, other metrics by their
+    kind. The job file (after its split) and the library both plan through this one function."""
+    kind = kind_of(q)
+    return _plan_aggregate(q, ctx) if kind is None else kind.plan(q, ctx)
+
+
 def spends_delta(q: QueryConfig) -> bool:
     """Does the query spend δ under a zCDP total (private selection, an (ε, δ) mechanism)?"""
     kind = kind_of(q)
     return kind.needs_delta(q) if kind is not None else q.private_partitions
 
 
-def _kind(q: QueryConfig) -> QueryKind:
-    kind = kind_of(q)
-    assert kind is not None
-    return kind
-
-
-def _explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
+def explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
     if isinstance(total, ZCDP):
         return ZCDP(q.rho) if q.rho is not None else None
     if q.epsilon is None:
@@ -252,13 +260,12 @@ def _split_selection_delta(job: JobConfig, total: Budget) -> dict[str, Fraction]
     return {**given, **{name: left / len(rest) for name in rest}}
 
 
-def _plan_query(
-    job: JobConfig, i: int, q: QueryConfig, share: Budget, sel_delta: Fraction
-) -> QueryPlan:
+def _plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
+    share, sel_delta = ctx.share, ctx.delta
     L, C = q.max_partitions_per_person, q.max_rows_per_partition
     lo, hi = q.bounds if q.bounds is not None else (0.0, 0.0)
     bounding = BoundingParams(q.by, q.value, lo, hi, L, C)
-    keys = read_public_keys(job, i, q) if q.partitions not in (None, "private") else None
+    keys = ctx.public_keys() if q.partitions not in (None, "private") else None
     private = q.private_partitions
     laplace = q.noise == "laplace"
     persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
@@ -266,12 +273,12 @@ def _plan_query(
     needs_delta = private or (not laplace and not isinstance(share, ZCDP))
     if needs_delta and isinstance(share, ApproxDP) and share.delta == 0:
         raise ConfigError(
-            f"queries[{i}]",
+            ctx.key,
             str(share),
             "a share with delta > 0",
             "private partitions and gaussian noise need δ; the other queries' "
             "explicit shares left none",
-            job.source,
+            ctx.source,
         )
     selection: SelectionRule | None = None
     stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)

@@ -95,9 +95,12 @@ def _csv_rows(text: str, by: tuple[str, ...]) -> list[tuple[object, ...]]:
     return rows
 
 
-def read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> Keys:
-    """The distinct keys of ``q.partitions``, as written (typed later by ``typed_public_keys``)."""
-    path, key = str(q.partitions), f"queries[{i}].partitions"
+def read_public_keys(q: QueryConfig, key: str, source: str) -> Keys:
+    """The distinct keys of ``q.partitions``, as written (typed later by ``typed_public_keys``).
+
+    ``key``: how errors name the setting (``queries[i].partitions``); ``source``: the job file.
+    """
+    path = str(q.partitions)
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8-sig")  # a byte-order mark is allowed
@@ -105,13 +108,13 @@ def read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> Keys:
         rows = parse(text, q.by)
     except OSError as e:
         raise ConfigError(key, path, "a readable CSV or JSON file of public keys",
-                          e.strerror or type(e).__name__, job.source) from None  # fmt: skip
+                          e.strerror or type(e).__name__, source) from None  # fmt: skip
     except UnicodeDecodeError:
         raise ConfigError(key, path, "a UTF-8 file of public keys", "it is not UTF-8",
-                          job.source) from None  # fmt: skip
+                          source) from None  # fmt: skip
     except _BadKeysError as e:
         raise ConfigError(key, path, "a CSV or JSON file of public keys", str(e),
-                          job.source) from None  # fmt: skip
+                          source) from None  # fmt: skip
     if not rows:
         raise ConfigError(
             key,
@@ -119,12 +122,12 @@ def read_public_keys(job: JobConfig, i: int, q: QueryConfig) -> Keys:
             f"a non-empty list of keys for by = {list(q.by)}",
             "JSON: a list of values, lists or objects; CSV: a header row of the by "
             "columns, then one key per row",
-            job.source,
+            source,
         )
     try:
         return tuple(dict.fromkeys(rows))
     except TypeError:  # unreachable after the checks above; kept as a clear message
-        raise ConfigError(key, path, "hashable key values", "", job.source) from None
+        raise ConfigError(key, path, "hashable key values", "", source) from None
 
 
 def typed_public_keys(keys: Keys, by: Sequence[str], schema: InputSchema) -> Keys:
@@ -167,7 +170,9 @@ def check_public_keys(job: JobConfig, schema: InputSchema) -> None:
         if q.partitions in (None, "private"):
             continue
         try:
-            typed_public_keys(read_public_keys(job, i, q), q.by, schema)
+            typed_public_keys(
+                read_public_keys(q, f"queries[{i}].partitions", job.source), q.by, schema
+            )
         except ValueError as e:
             if isinstance(e, ConfigError):
                 raise

@@ -8,7 +8,6 @@ the launcher's :class:`~transforms.keys.ReleaseKeys`: a query's noise key, the b
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,21 +15,17 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
-from transforms.aggregate import BoundAndAggregate, ShardByPerson
-from transforms.keys import ReleaseKeys
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
-from transforms.params import ReleaseParams
-from transforms.validate import ValidateRows
+from userdp.transforms.by_person import ByPerson
+from userdp.transforms.keys import ReleaseKeys
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.metrics import PlannedQuery, output_columns, query_columns
+from userdp.transforms.noisy_combine import canonical_key_string
+from userdp.transforms.release import Budget, Release
 
 from .config import JobConfig
-from .kinds import kind_of
-from .kinds.base import BuildContext
-from .plan import QueryPlan, ReleasePlan
-from .public_keys import typed_public_keys
+from .plan import ReleasePlan
 from .sinks import WriteDeadLetters, write_release
 from .sources import InputSchema, ReadArrowTables
 
@@ -54,27 +49,11 @@ def required_columns(job: JobConfig) -> dict[str, str]:
     """Column → kind ("person", "key", "number") for every column a query reads."""
     columns = {job.input.person: "person"}
     for q in job.queries:
-        query_kind = kind_of(q)
-        if query_kind is not None:
-            for col, kind in query_kind.required_columns(q).items():
-                columns.setdefault(col, kind)
-            continue
-        for col in q.by:
-            columns.setdefault(col, "key")
-        if q.value is not None:
-            columns.setdefault(q.value, "number")
+        for col, kind in query_columns(q).items():
+            columns.setdefault(col, kind)
     return columns
 
 
-def _typed_public_keys(params: ReleaseParams, schema: InputSchema) -> ReleaseParams:
-    """Public keys read as text are converted to the ``by`` columns' types, so they can match."""
-    if params.public_partitions is None:
-        return params
-    keys = typed_public_keys(params.public_partitions, params.bounding.by, schema)
-    return dataclasses.replace(params, public_partitions=keys)
-
-
-AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
 _ARROW_TYPES = {
     "float64": pa.float64(),
     "int64": pa.int64(),
@@ -120,62 +99,44 @@ def build_pipeline(
 ) -> None:
     """Adds the release's steps to ``pipeline``; ``noise=False`` is a test hook, not config.
 
+    The job file is a client of the library: the files are read as raw tables, then the same
+    ``ByPerson`` and metric steps a Beam user applies (:class:`~userdp.transforms.metrics.
+    PlannedQuery`, with the plans the job's budget split made), then one file per query.
+
     ``keys``: the launcher's keys; steps get only what they need from them (a query's noise key,
     the bounding subkey), never the release secret. ``out_dir``: where the outputs are written
     (the staging directory; default ``output.path``). ``num_shards`` None:
     :func:`default_shards` for the job's runner and the pipeline's options.
     """
-    if isinstance(keys, ReleaseKey):
-        keys = ReleaseKeys(keys)
     if num_shards is None:
         num_shards = default_shards(job.runner.name, pipeline.options)
-    tables = pipeline | "Read" >> ReadArrowTables(schema)  # pa.Table of the needed columns
-    validated = tables | "Validate" >> ValidateRows(
-        schema.person,
-        schema.person_type,
-        dict(schema.keys),
-        list(schema.numbers),
+    release = Release._for_launcher(_budget(job), keys, noise=noise)
+    tables = pipeline | "Read" >> ReadArrowTables(schema)  # raw pa.Table of the needed columns
+    people = tables | "ByPerson" >> ByPerson(
+        release, schema.person, keys={}, values=(), num_shards=num_shards, schema=schema
     )
-    clean = validated.clean  # pa.Table: __person__ (string), keys, numbers (float64)
     if job.input.dead_letter:
-        _ = validated.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
-    bounding_key = keys.subkey("bounding")
+        _ = people.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
     out_dir = out_dir or job.output.path
-    shuffle: list[PCollection[Any]] = []  # built on first use: an unused branch would still run
-
-    def shards() -> PCollection[Any]:
-        """(shard, pa.Table): the release's one shuffle by person, shared by all its queries."""
-        if not shuffle:
-            shuffle.append(clean | "ShardByPerson" >> ShardByPerson(num_shards, bounding_key))
-        return shuffle[0]
-
-    ctx = BuildContext(schema, keys, noise, num_shards, shards)
     key_types = dict(schema.keys)
-    for q in plan.queries:
-        if isinstance(q, QueryPlan):
-            params = _typed_public_keys(q.params, schema)
-            name, by = params.name, params.bounding.by
-            columns: tuple[tuple[str, str], ...] = AGGREGATE_COLUMNS
-            released = (
-                shards()
-                | f"{name}/BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
-                # (partition_key, PartitionStats)
-                | f"{name}/Release" >> ReleaseNoisily(params, keys, noise=noise)
-            )  # {by..., value, stddev}
-        else:
-            name, by, columns = q.name, q.by, q.output_columns
-            kind = kind_of(job.queries[plan.queries.index(q)])
-            assert kind is not None  # a plan that is not a QueryPlan comes from a kind
-            released = kind.expand(clean, q, ctx)  # {by..., *output_columns}
+    for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
+        released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]")
+        columns = output_columns(planned)
         _ = (
             released
-            | f"{name}/Collect" >> combiners.ToList()
-            | f"{name}/Write"
+            | f"{q.name}/AsDicts" >> beam.Map(lambda row: row.as_dict())
+            | f"{q.name}/Collect" >> combiners.ToList()
+            | f"{q.name}/Write"
             >> beam.Map(
                 _write_query_output,
-                pa.schema([pa.field(c, key_types[c]) for c in by]),
+                pa.schema([pa.field(c, key_types[c]) for c in q.by]),
                 columns,
-                FileSystems.join(out_dir, name),
+                FileSystems.join(out_dir, q.name),
                 job.output.format,
             )
         )
+
+
+def _budget(job: JobConfig) -> Budget:
+    b = job.budget
+    return Budget(epsilon=b.epsilon, delta=b.delta, rho=b.rho)

@@ -19,37 +19,17 @@ A kind that reads another file or loads other code must add it here.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.util
-from importlib import metadata
 from pathlib import Path
 
 from .config import JobConfig
 from .config_fields import ConfigError
 from .publish import file_sha256
+from .version import userdp_code_digest
 
 
 def _file_digest(path: str) -> str:
     return "sha256:" + file_sha256(path)[0]
-
-
-@functools.cache
-def userdp_code_digest() -> str:
-    """``<version> sha256:<digest>`` of every ``.py`` file of the installed transforms/pipelines."""
-    import transforms  # noqa: PLC0415
-
-    digest = hashlib.sha256()
-    roots = [Path(transforms.__file__).parent, Path(__file__).parent]
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes() + b"\0")
-    try:
-        version = metadata.version("userdp")
-    except metadata.PackageNotFoundError:  # running from a source tree without an install
-        version = "unknown"
-    return f"{version} sha256:{digest.hexdigest()}"
 
 
 def function_source_digest(function: str) -> str:

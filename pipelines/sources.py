@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.validate import FILE_METADATA_KEY, REJECT_COLUMN
+from userdp.transforms.validate import FILE_METADATA_KEY, REJECT_COLUMN
 
 from .input_files import (
     FORMATS,

@@ -14,10 +14,10 @@ from types import ModuleType
 
 import pytest
 
-from pipelines.config import load_job
-from pipelines.generate import generate
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.config import load_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
 

@@ -21,26 +21,27 @@ if TYPE_CHECKING:
 # metric → module defining KIND. The bounded aggregates are not here (see the docstring).
 METRIC_KINDS: dict[str, str] = {
     # order statistics: the method (smooth sensitivity, shifted inverse) is a key of the query
-    "median": "pipelines.kinds.quantile",
-    "quantile": "pipelines.kinds.quantile",
+    "median": "userdp.pipelines.kinds.quantile",
+    "quantile": "userdp.pipelines.kinds.quantile",
     # monotone statistics by the shifted inverse mechanism, no contribution bound (issue 5)
-    "total": "pipelines.kinds.shifted_inverse",
-    "max": "pipelines.kinds.shifted_inverse",
-    "distinct": "pipelines.kinds.shifted_inverse",
+    "total": "userdp.pipelines.kinds.shifted_inverse",
+    "max": "userdp.pipelines.kinds.shifted_inverse",
+    "distinct": "userdp.pipelines.kinds.shifted_inverse",
     # local-sensitivity mechanisms on per-person values (issue 6)
-    "ptr_mean": "pipelines.kinds.local_sensitivity",
-    "ptr_median": "pipelines.kinds.local_sensitivity",
-    "top_partition": "pipelines.kinds.local_sensitivity",
-    "trimmed_mean": "pipelines.kinds.local_sensitivity",  # refused with the reason (docs §11)
+    "ptr_mean": "userdp.pipelines.kinds.local_sensitivity",
+    "ptr_median": "userdp.pipelines.kinds.local_sensitivity",
+    "top_partition": "userdp.pipelines.kinds.local_sensitivity",
+    # trimmed_mean is refused with the reason (docs §11)
+    "trimmed_mean": "userdp.pipelines.kinds.local_sensitivity",
     # any Python function on person-partitioned chunks (issue 7)
-    "sample_aggregate": "pipelines.kinds.sample_aggregate",
+    "sample_aggregate": "userdp.pipelines.kinds.sample_aggregate",
 }
 
 
 # Kinds chosen by a key of a bounded-aggregate metric rather than by the metric itself:
 # ``count``/``sum`` with ``bound = "auto"`` choose their clamp privately (issue 5). Such a kind's
 # parse stores ``options["kind"]`` so planning and building find it again.
-OPTION_KINDS: dict[str, str] = {"auto_bound": "pipelines.kinds.auto_bound"}
+OPTION_KINDS: dict[str, str] = {"auto_bound": "userdp.pipelines.kinds.auto_bound"}
 
 
 def kind_for(metric: str) -> QueryKind:

@@ -138,7 +138,7 @@ class AutoBoundKind:
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
         # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
-        from transforms.shifted_inverse_release import (  # noqa: PLC0415
+        from userdp.transforms.shifted_inverse_release import (  # noqa: PLC0415
             AutoBoundQuery,
             Contributions,
             ReleaseShiftedInverse,

@@ -29,10 +29,10 @@ from ..config_fields import MISSING, Validator
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
-    from transforms.keys import KeySource
-    from transforms.mechanisms.accounting import Budget
+    from userdp.transforms.keys import KeySource
+    from userdp.transforms.mechanisms.accounting import Budget
 
-    from ..config import BudgetConfig, JobConfig, QueryConfig
+    from ..config import BudgetConfig, QueryConfig
     from ..sources import InputSchema
 
 # Output column types a kind may declare (mapped to Arrow types by the writer).
@@ -69,12 +69,20 @@ class KindPlan(Protocol):
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What ``plan`` may use: the job, the query's index, its share and (zCDP totals) its δ."""
+    """What ``plan`` may use: where the query came from, its share and (zCDP totals) its δ.
 
-    job: JobConfig
-    index: int
+    The job file and the library (:mod:`userdp.transforms.library`) both plan through this: the
+    job file with ``key = "queries[i]"`` and its path as ``source``, the library with the
+    transform's name. ``public_keys()`` returns the query's public partition keys as written
+    (read from the key file, or the list given to the transform); typed later against the input.
+    """
+
+    key: str  # how errors name the query: "queries[2]" or "Count('visits')"
+    source: str  # the job file's path, or "" in the library
+    person: str  # the person column
     share: Budget
     delta: Fraction  # under a rho total: the δ share this query asked for (needs_delta); else 0
+    public_keys: Callable[[], tuple[tuple[Any, ...], ...]]
 
 
 @dataclass(frozen=True)
@@ -121,10 +129,15 @@ class QuerySection:
     """
 
     def __init__(
-        self, v: Validator, raw: Mapping[str, Any], index: int, budget: BudgetConfig
+        self,
+        v: Validator,
+        raw: Mapping[str, Any],
+        index: int,
+        budget: BudgetConfig,
+        prefix: str | None = None,
     ) -> None:
         self.v, self.raw, self.index, self.budget = v, raw, index, budget
-        self.prefix = f"queries[{index}]"
+        self.prefix = prefix or f"queries[{index}]"
 
     def key(self, name: str) -> str:
         return f"{self.prefix}.{name}"

@@ -31,11 +31,11 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from transforms.mechanisms.ptr import PTRMean, PTRQuantile
-from transforms.mechanisms.ptr_ladder import LadderPTR
-from transforms.mechanisms.quantile_sensitivity import as_quantile
-from transforms.mechanisms.smooth_sensitivity import DEFAULT_GAMMA, SmoothQuantile
-from transforms.mechanisms.stability import StableTopPartition
+from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
+from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
+from userdp.transforms.mechanisms.smooth_sensitivity import DEFAULT_GAMMA, SmoothQuantile
+from userdp.transforms.mechanisms.stability import StableTopPartition
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, parse_bounds, parse_by, parse_shares
@@ -97,22 +97,22 @@ def _needs_delta(s: QuerySection, metric: str) -> tuple[str, object, str, str]:
 
 def _config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
     return ConfigError(
-        f"queries[{ctx.index}]",
+        ctx.key,
         str(ctx.share),
         "a share the mechanism accepts",
         str(err),
-        ctx.job.source,
+        ctx.source,
     )
 
 
 def _require_delta(ctx: PlanContext, delta: object, metric: str) -> None:
     if delta == 0:
         raise ConfigError(
-            f"queries[{ctx.index}]",
+            ctx.key,
             str(ctx.share),
             "a share with delta > 0",
             f"{metric} is (ε, δ)-DP; the other queries' explicit shares left no δ",
-            ctx.job.source,
+            ctx.source,
         )
 
 
@@ -299,7 +299,7 @@ def _expand(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
     # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
-    from transforms.local_release import (  # noqa: PLC0415
+    from userdp.transforms.local_release import (  # noqa: PLC0415
         ReleasePerPersonStatistic,
         ReleaseTopPartition,
     )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from transforms.mechanisms.accounting import (
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     Budget,
@@ -35,19 +35,19 @@ from transforms.mechanisms.accounting import (
     float_down,
     zcdp_budget_for,
 )
-from transforms.mechanisms.ptr import PTRMean, PTRQuantile
-from transforms.mechanisms.ptr_ladder import LadderPTR
-from transforms.mechanisms.smooth_sensitivity import (
+from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
+from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
     LaplaceNoise,
     SmoothNoise,
     SmoothQuantile,
     make_smooth_noise,
 )
-from transforms.mechanisms.stability import StableTopPartition
+from userdp.transforms.mechanisms.stability import StableTopPartition
 
 if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
-    from transforms.local_release import PerPersonMechanism
+    from userdp.transforms.local_release import PerPersonMechanism
 
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
 NEIGHBOURS = "add/remove one person"

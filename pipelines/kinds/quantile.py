@@ -22,8 +22,8 @@ from ..config import QueryConfig
 from .base import BuildContext, KindPlan, PlanContext, QueryKind, QuerySection
 
 METHODS: dict[str, str] = {
-    "smooth_sensitivity": "pipelines.kinds.local_sensitivity",
-    "shifted_inverse": "pipelines.kinds.shifted_inverse",
+    "smooth_sensitivity": "userdp.pipelines.kinds.local_sensitivity",
+    "shifted_inverse": "userdp.pipelines.kinds.shifted_inverse",
 }
 DEFAULT_METHOD = "smooth_sensitivity"
 

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from transforms.bounding import PERSON_COLUMN
-from transforms.mechanisms.accounting import (
+from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     Budget,
@@ -50,7 +50,7 @@ from transforms.mechanisms.accounting import (
     epsilon_within_rho,
     float_down,
 )
-from transforms.mechanisms.sample_aggregate import (
+from userdp.transforms.mechanisms.sample_aggregate import (
     AGGREGATORS,
     CHUNKS_LIMIT,
     INPUT_KINDS,
@@ -61,6 +61,7 @@ from transforms.mechanisms.sample_aggregate import (
     SampleAggregateParams,
     check_function_path,
     check_input_kind,
+    function_name,
     resolve_function,
 )
 
@@ -208,8 +209,8 @@ class SampleAggregatePlan:
         table = "pandas DataFrame" if p.input_kind == "pandas" else "Arrow table"
         k = "k" if p.chunks is None else f"k = {p.chunks}"
         lines = [
-            f"sample-and-aggregate of {p.function} on {k} person chunks (keyed hash of the "
-            "person id)"
+            f"sample-and-aggregate of {function_name(p.function)} on {k} person chunks "
+            "(keyed hash of the person id)"
         ]
         if p.chunks is None:
             lines.append(
@@ -286,11 +287,15 @@ class SampleAggregateKind:
                 "remove delta; state only epsilon to leave the total's δ to other queries",
             )
         s.allow_keys(_ALLOWED)
-        function = s.string("function")
+        function = s.get("function")  # a callable only from the library (SampleAggregate)
+        if not callable(function):
+            function = s.string("function")
         try:
-            check_function_path(function)
+            if not callable(function):
+                check_function_path(function)
         except ValueError:
-            hint = 'e.g. "pipelines.example_functions:visit_duration_p90"; imported when planned'
+            example = "userdp.pipelines.example_functions:visit_duration_p90"
+            hint = f'e.g. "{example}"; imported when planned'
             s.fail("function", function, "an import path 'module:function'", hint)
         columns = _parse_columns(s, "columns", required=True)
         key_columns = _parse_columns(s, "key_columns", required=False)
@@ -317,7 +322,7 @@ class SampleAggregateKind:
         return {**dict.fromkeys(o["columns"], "number"), **dict.fromkeys(o["key_columns"], "key")}
 
     def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan:
-        o, key, source = query.options, f"queries[{ctx.index}]", ctx.job.source
+        o, key, source = query.options, ctx.key, ctx.source
         try:
             resolve_function(o["function"])  # imports the module, on the launcher
         except ValueError as e:
@@ -327,7 +332,7 @@ class SampleAggregateKind:
             check_input_kind(o["input"])
         except ValueError as e:
             raise ConfigError(f"{key}.input", o["input"], "arrow", str(e), source) from e
-        person = ctx.job.input.person
+        person = ctx.person
         for name in ("columns", "key_columns"):
             if person in o[name]:
                 raise ConfigError(
@@ -364,7 +369,7 @@ class SampleAggregateKind:
         # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
         import apache_beam as beam  # noqa: PLC0415
 
-        from transforms.chunking import SampleAndAggregate  # noqa: PLC0415
+        from userdp.transforms.chunking import SampleAndAggregate  # noqa: PLC0415
 
         assert isinstance(plan, SampleAggregatePlan)
         name = plan.name

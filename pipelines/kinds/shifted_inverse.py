@@ -24,14 +24,14 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
-from transforms.mechanisms.quantile_sensitivity import as_quantile
-from transforms.mechanisms.shifted_inverse import ShiftedInverseParams
-from transforms.mechanisms.shifted_inverse_grid import OutputGrid
-from transforms.params import quantum_exponent
+from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
+from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
+from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
+from userdp.transforms.params import quantum_exponent
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, parse_by, parse_partitions, parse_shares
-from ..public_keys import read_public_keys, typed_public_keys
+from ..public_keys import typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .shifted_inverse_plan import ShiftedInversePlan, divide, shifted_inverse_params
 
@@ -190,13 +190,12 @@ def public_keys(query: QueryConfig, ctx: PlanContext) -> tuple[tuple[Any, ...], 
     if not query.by:
         return ((),)
 
-    return read_public_keys(ctx.job, ctx.index, query)
+    return ctx.public_keys()
 
 
 def config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
     return ConfigError(
-        f"queries[{ctx.index}]", str(ctx.share), "parameters the mechanism accepts", str(err),
-        ctx.job.source,
+        ctx.key, str(ctx.share), "parameters the mechanism accepts", str(err), ctx.source,
     )  # fmt: skip
 
 
@@ -219,7 +218,7 @@ def expand_query(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
     # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
-    from transforms.shifted_inverse_release import (  # noqa: PLC0415
+    from userdp.transforms.shifted_inverse_release import (  # noqa: PLC0415
         Contributions,
         ReleaseShiftedInverse,
         Shape,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from transforms.mechanisms.accounting import (
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     Budget,
@@ -34,9 +34,9 @@ from transforms.mechanisms.accounting import (
     float_down,
     zcdp_budget_for,
 )
-from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
-from transforms.mechanisms.shifted_inverse import ShiftedInverseParams
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
+from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 
 from .local_sensitivity_plan import counted_as
 

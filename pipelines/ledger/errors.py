@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transforms.mechanisms.accounting import BudgetExceededError
+from userdp.transforms.mechanisms.accounting import BudgetExceededError
 
 
 class LedgerError(Exception):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from transforms.mechanisms.accounting import (
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     Budget,

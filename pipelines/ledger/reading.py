@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
-from transforms.mechanisms.rng import SECRET_BYTES
+from userdp.transforms.mechanisms.rng import SECRET_BYTES
 
 from .model import Amount, CapKind, Cost, from_text
 from .records import AccountStatus, Event, ReleaseRecord, ScopeStatus

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 from .model import Amount, CapKind, Cost
 

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from typing import Any, ClassVar, TypeVar
 
-from transforms.mechanisms.rng import new_release_secret
+from userdp.transforms.mechanisms.rng import new_release_secret
 
 from .errors import LedgerError, ReleaseConflictError, UnknownScopeError
 from .migrations import MIGRATIONS_TABLE, Dialect, pending, statements_for

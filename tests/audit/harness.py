@@ -70,7 +70,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 AUDIT_SECRET = hashlib.sha256(b"userdp.audit.v1").digest()
 """The fixed release secret audits draw from unless told otherwise (32 bytes)."""

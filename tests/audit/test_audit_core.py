@@ -63,10 +63,10 @@ from tests.audit.harness import (
     audit_outputs,
     draw,
 )
-from transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
-from transforms.mechanisms.additive import gaussian_mechanism, laplace_mechanism
-from transforms.mechanisms.exponential import exponential_mechanism
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
+from userdp.transforms.mechanisms.additive import gaussian_mechanism, laplace_mechanism
+from userdp.transforms.mechanisms.exponential import exponential_mechanism
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 N_DEFAULT = 100_000
 N_SLOW = 1_000_000

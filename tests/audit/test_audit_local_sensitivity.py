@@ -51,14 +51,14 @@ import numpy as np
 import pytest
 
 from tests.audit.harness import AuditResult, Mechanism, assert_caught, assert_private
-from transforms.mechanisms import ptr
-from transforms.mechanisms import quantile_sensitivity as qs
-from transforms.mechanisms import smooth_sensitivity as ss
-from transforms.mechanisms import stability as st
-from transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
-from transforms.mechanisms.discrete import discrete_laplace
-from transforms.mechanisms.heavy_tailed import release_heavy_tailed
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms import ptr
+from userdp.transforms.mechanisms import quantile_sensitivity as qs
+from userdp.transforms.mechanisms import smooth_sensitivity as ss
+from userdp.transforms.mechanisms import stability as st
+from userdp.transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
+from userdp.transforms.mechanisms.discrete import discrete_laplace
+from userdp.transforms.mechanisms.heavy_tailed import release_heavy_tailed
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 LO, HI = 0.0, 10.0
 JUMP_LS = (np.array([0.0, 0.0, 0.0, 10.0, 10.0]), np.array([0.0, 0.0, 10.0, 10.0]))

@@ -45,10 +45,10 @@ import pyarrow as pa
 import pytest
 
 from tests.audit.harness import AUDIT_SECRET, assert_caught, assert_private
-from transforms.bounding import PERSON_COLUMN
-from transforms.chunking import chunk_answers, chunk_key
-from transforms.mechanisms.rng import KeyedRng, ReleaseKey
-from transforms.mechanisms.sample_aggregate import Answer, SampleAggregateParams
+from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.chunking import chunk_answers, chunk_key
+from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import Answer, SampleAggregateParams
 
 LIGHT, LIGHT_ROWS, HEAVY_ROWS, K = 100, 10, 10_000, 10
 N_DEFAULT, N_CONTROL, N_SLOW = 100_000, 20_000, 1_000_000

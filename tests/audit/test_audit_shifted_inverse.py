@@ -42,18 +42,18 @@ from functools import cache
 import pytest
 
 from tests.audit.harness import AuditResult, audit_outputs, draw
-from transforms.mechanisms.accounting import ZCDP, float_up, zcdp_to_approx
-from transforms.mechanisms.discrete import discrete_laplace
-from transforms.mechanisms.exponential import sample_exp_weights
-from transforms.mechanisms.rng import KeyedRng
-from transforms.mechanisms.shifted_inverse import (
+from userdp.transforms.mechanisms.accounting import ZCDP, float_up, zcdp_to_approx
+from userdp.transforms.mechanisms.discrete import discrete_laplace
+from userdp.transforms.mechanisms.exponential import sample_exp_weights
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.shifted_inverse import (
     ShiftedInverseParams,
     down_indices,
     loss_at,
     loss_runs,
     shifted_inverse_index,
 )
-from transforms.mechanisms.shifted_inverse_stats import sum_down_values
+from userdp.transforms.mechanisms.shifted_inverse_stats import sum_down_values
 
 HEAVY = 10**6
 N_SLOW = 1_000_000

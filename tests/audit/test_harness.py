@@ -34,8 +34,8 @@ from tests.audit.harness import (
     clopper_pearson,
     draw,
 )
-from transforms.mechanisms.discrete import discrete_laplace
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.discrete import discrete_laplace
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 LN3 = math.log(3)
 N_TOY = 40_000  # randomized response: margins above; the other toys use the default n = 10^5

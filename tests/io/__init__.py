@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines.sinks import WriteDeadLetters
-from pipelines.sources import InputSchema, ReadArrowTables
-from transforms.validate import ValidateRows
+from userdp.pipelines.sinks import WriteDeadLetters
+from userdp.pipelines.sources import InputSchema, ReadArrowTables
+from userdp.transforms.validate import ValidateRows
 
 
 def _write_clean(table: pa.Table, out_dir: str) -> None:

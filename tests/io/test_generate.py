@@ -12,7 +12,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.generate import SCHEMA, generate
+from userdp.pipelines.generate import SCHEMA, generate
 
 
 def _read(path: Path) -> pa.Table:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines.sinks import WriteDeadLetters, write_release
+from userdp.pipelines.sinks import WriteDeadLetters, write_release
 
 TABLE = pa.table(
     {

@@ -13,8 +13,8 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.sources import SchemaError, inspect_inputs
 from tests.io import run_read_validate
+from userdp.pipelines.sources import SchemaError, inspect_inputs
 
 COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
 ROWS: list[dict[str, Any]] = [

@@ -16,8 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.sources import InputSchema, _ReadFile, inspect_inputs, records_to_table
-from pipelines.text_records import (
+from tests.io import run_read_validate
+from userdp.pipelines.sources import InputSchema, _ReadFile, inspect_inputs, records_to_table
+from userdp.pipelines.text_records import (
     MAX_LINE_BYTES,
     CsvLines,
     JsonLines,
@@ -25,7 +26,6 @@ from pipelines.text_records import (
     line_chunks,
     unescape_utf8,
 )
-from tests.io import run_read_validate
 
 HOSTILE_CSV = [
     b'7,"unterminated,1',  # pyarrow would join every following line up to the next quote
@@ -160,7 +160,7 @@ def test_a_hostile_json_line_affects_only_itself(hostile: bytes) -> None:
 def test_csv_through_the_pipeline_keeps_every_other_row(tmp_path: Path) -> None:
     """The issue-13 repro: a ragged row with non-UTF-8 bytes after the first MiB, and an open
     quote that would have swallowed the rest of the file, among 40,000 ordinary rows."""
-    from pipelines.input_files import inspect_inputs  # noqa: PLC0415
+    from userdp.pipelines.input_files import inspect_inputs  # noqa: PLC0415
 
     body = [f"{i},d{i % 7},{i % 100}".encode() for i in range(40_000)]
     body.insert(30_000, b"7,caf\xe9SECRET-ROW")  # past the first MiB

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.sources import inspect_inputs
 from tests.io import run_read_validate
-from transforms.validate import FILE_METADATA_KEY, ValidateRows, split_table
+from userdp.pipelines.sources import inspect_inputs
+from userdp.transforms.validate import FILE_METADATA_KEY, ValidateRows, split_table
 
 COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
 

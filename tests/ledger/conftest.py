@@ -15,7 +15,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from pipelines.ledger import LedgerStore, open_ledger
+from userdp.pipelines.ledger import LedgerStore, open_ledger
 
 PG_ENV = "USERDP_TEST_POSTGRES_URL"
 PG_SKIP = (

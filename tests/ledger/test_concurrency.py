@@ -14,8 +14,8 @@ import time
 from collections import defaultdict
 from fractions import Fraction
 
-from pipelines.ledger import EACH_PERIOD, AccountStatus, Amount, open_ledger
 from tests.ledger.workers import ATTEMPTS, POOL, SCOPE, WORKERS, race, release_plan
+from userdp.pipelines.ledger import EACH_PERIOD, AccountStatus, Amount, open_ledger
 
 SCOPE_CAP = Amount("approx", Fraction(15))  # demand ≈ 135; the week caps alone allow ≈ 20
 WEEK_CAP = Amount("approx", Fraction(10))

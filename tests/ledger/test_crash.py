@@ -23,10 +23,10 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from pipelines.ledger import EACH_PERIOD, Amount
-from pipelines.ledger.migrations import LATEST_VERSION
-from pipelines.ledger.sqlite_store import SqliteLedger
 from tests.ledger.workers import SCOPE, open_and_close, reserve_until_killed
+from userdp.pipelines.ledger import EACH_PERIOD, Amount
+from userdp.pipelines.ledger.migrations import LATEST_VERSION
+from userdp.pipelines.ledger.sqlite_store import SqliteLedger
 
 RUNS = 20
 SCOPE_CAP = Amount("approx", Fraction(10))  # ≈ 2-3 reservations of 1/7 per run: not filled

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.ledger import InputFile, LedgerError, input_fingerprint, periods_from_paths
-from pipelines.ledger.fingerprint import fingerprint_of
+from userdp.pipelines.ledger import InputFile, LedgerError, input_fingerprint, periods_from_paths
+from userdp.pipelines.ledger.fingerprint import fingerprint_of
 
 
 def write(path: Path, data: bytes, mtime: float) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.ledger import Cost, open_ledger
-from pipelines.ledger_cli import LEDGER_ENV, add_ledger_parser
-from transforms.mechanisms.accounting import ZCDP, PureDP
+from userdp.pipelines.ledger import Cost, open_ledger
+from userdp.pipelines.ledger_cli import LEDGER_ENV, add_ledger_parser
+from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 
 
 def userdp(argv: Sequence[str]) -> int:

@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from pipelines.ledger import Amount, Cost, IncompatibleCostError, count_against
-from pipelines.ledger.model import check_name, from_text, show, to_text
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_to_approx
+from userdp.pipelines.ledger import Amount, Cost, IncompatibleCostError, count_against
+from userdp.pipelines.ledger.model import check_name, from_text, show, to_text
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_to_approx
 
 
 def test_rationals_are_stored_as_exact_p_over_q_text() -> None:
@@ -118,7 +118,7 @@ def test_names_are_refused_unless_plain(name: object) -> None:
 
 
 def test_postgres_urls_are_shown_without_their_password() -> None:
-    from pipelines.ledger.postgres_store import _redact  # noqa: PLC0415
+    from userdp.pipelines.ledger.postgres_store import _redact  # noqa: PLC0415
 
     assert _redact("postgresql://op:s3cret@db:5432/l") == "postgresql://op:***@db:5432/l"
     assert _redact("postgresql://op@db/l") == "postgresql://op@db/l"

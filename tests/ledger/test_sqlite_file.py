@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.ledger import (
+from userdp.pipelines.ledger import (
     Amount,
     Cost,
     LedgerError,
@@ -19,9 +19,9 @@ from pipelines.ledger import (
     LedgerSchemaError,
     open_ledger,
 )
-from pipelines.ledger.migrations import LATEST_VERSION, MIGRATIONS, statements_for
-from pipelines.ledger.sqlite_store import SqliteLedger
-from transforms.mechanisms.accounting import PureDP
+from userdp.pipelines.ledger.migrations import LATEST_VERSION, MIGRATIONS, statements_for
+from userdp.pipelines.ledger.sqlite_store import SqliteLedger
+from userdp.transforms.mechanisms.accounting import PureDP
 
 TABLES = {
     "ledger_schema_migrations",

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from pipelines.ledger import (
+from userdp.pipelines.ledger import (
     EACH_PERIOD,
     Amount,
     CapExceededError,
@@ -20,7 +20,7 @@ from pipelines.ledger import (
     ReleaseConflictError,
     UnknownScopeError,
 )
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, BudgetExceededError, PureDP
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, BudgetExceededError, PureDP
 
 THIRD = Cost(PureDP(Fraction(1, 3)))
 

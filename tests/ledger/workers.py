@@ -8,10 +8,10 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from pipelines.ledger import CapExceededError, Cost, open_ledger
-from pipelines.ledger.sqlite_store import SqliteLedger
-from pipelines.ledger.store import utc_now
-from transforms.mechanisms.accounting import PureDP
+from userdp.pipelines.ledger import CapExceededError, Cost, open_ledger
+from userdp.pipelines.ledger.sqlite_store import SqliteLedger
+from userdp.pipelines.ledger.store import utc_now
+from userdp.transforms.mechanisms.accounting import PureDP
 
 SCOPE = "browsing-logs"
 COSTS = (Fraction(1, 3), Fraction(1, 7), Fraction(1, 5))

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transforms.mechanisms import accounting
-from transforms.mechanisms.accounting import (
+from userdp.transforms.mechanisms import accounting
+from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     BudgetExceededError,

@@ -10,14 +10,14 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET, ks_pvalue
-from transforms.mechanisms.additive import (
+from userdp.transforms.mechanisms.additive import (
     GaussianMechanism,
     LaplaceMechanism,
     gaussian_mechanism,
     granularity_exponent,
     laplace_mechanism,
 )
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 CONTROLS = (0.7, 1.3)
 

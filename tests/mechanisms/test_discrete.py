@@ -15,14 +15,14 @@ from fractions import Fraction
 import pytest
 
 from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET, chisquare_pvalue
-from transforms.mechanisms.discrete import (
+from userdp.transforms.mechanisms.discrete import (
     bernoulli_exp_neg,
     bernoulli_rational,
     discrete_gaussian,
     discrete_laplace,
     geometric_exp,
 )
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 CONTROLS = (0.7, 1.3)
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import sparse
 from scipy.optimize import linprog
 
-from transforms.mechanisms import distinct_envelope as de
+from userdp.transforms.mechanisms import distinct_envelope as de
 
 Instance = tuple[list[int], list[int]]  # (values, persons), one entry per (value, holder)
 

@@ -10,13 +10,13 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET
-from transforms.mechanisms import exponential
-from transforms.mechanisms.exponential import (
+from userdp.transforms.mechanisms import exponential
+from userdp.transforms.mechanisms.exponential import (
     ExponentialMechanism,
     exponential_mechanism,
     sample_exp_weights,
 )
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 SCORES = [3.0, 1.0, 0.0, 2.5, -4.0, 3.0]
 

@@ -16,8 +16,8 @@ import pytest
 from scipy import integrate, interpolate, special, stats
 
 from tests.stats_helpers import N_DRAWS, P_MIN, TEST_SECRET, ks_pvalue
-from transforms.mechanisms import heavy_tailed as ht
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms import heavy_tailed as ht
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 GAMMAS = (1.5, 2.0, 4.0)
 SIGMAS = (0.5, 1.0)

@@ -6,7 +6,7 @@ import itertools
 import math
 from fractions import Fraction
 
-from transforms.mechanisms.additive import _round_to_grid
+from userdp.transforms.mechanisms.additive import _round_to_grid
 
 # Inputs: all multiples of 1/16 in [-3, 3], rounded to grids g = 2^k for k in {-1, 0, 1}.
 VALUES = [n / 16 for n in range(-48, 49)]

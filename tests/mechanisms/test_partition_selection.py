@@ -18,16 +18,16 @@ from fractions import Fraction
 import pytest
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, chisquare_pvalue
-from transforms.mechanisms import partition_selection as ps
-from transforms.mechanisms.discrete import Rational
-from transforms.mechanisms.partition_selection import (
+from userdp.transforms.mechanisms import partition_selection as ps
+from userdp.transforms.mechanisms.discrete import Rational
+from userdp.transforms.mechanisms.partition_selection import (
     Decision,
     GaussianThresholding,
     LaplaceThresholding,
     TruncatedGeometricSelection,
     discrete_laplace_tail,
 )
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 Rule = LaplaceThresholding | GaussianThresholding | TruncatedGeometricSelection
 

@@ -16,9 +16,9 @@ from scipy import stats
 
 from tests.mechanisms import local_bruteforce as bf
 from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
-from transforms.mechanisms import ptr, ptr_ladder
-from transforms.mechanisms import quantile_sensitivity as qs
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms import ptr, ptr_ladder
+from userdp.transforms.mechanisms import quantile_sensitivity as qs
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 QUANTILES = [Fraction(1, 2), Fraction(1, 3), Fraction(9, 10)]
 BOUNDS = [0.5, 1.0, 2.0, 3.0, 4.0, 4.5]

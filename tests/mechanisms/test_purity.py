@@ -25,7 +25,7 @@ def test_core_imports_no_beam() -> None:
     code = (
         "import sys, importlib, pkgutil, transforms.mechanisms as m\n"
         "for info in pkgutil.iter_modules(m.__path__):\n"
-        "    importlib.import_module('transforms.mechanisms.' + info.name)\n"
+        "    importlib.import_module('userdp.transforms.mechanisms.' + info.name)\n"
         "print(any(name.startswith('apache_beam') for name in sys.modules))\n"
     )
     out = subprocess.run(

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET
-from transforms.mechanisms.discrete import discrete_gaussian, discrete_laplace
-from transforms.mechanisms.rng import KeyedRng, ReleaseKey, encode_label, new_release_secret
+from userdp.transforms.mechanisms.discrete import discrete_gaussian, discrete_laplace
+from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey, encode_label, new_release_secret
 
 OTHER_SECRET = bytes(range(1, 33))
 

@@ -14,9 +14,9 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
-from transforms.mechanisms.accounting import float_up
-from transforms.mechanisms.rng import KeyedRng
-from transforms.mechanisms.sample_aggregate import (
+from userdp.transforms.mechanisms.accounting import float_up
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.sample_aggregate import (
     MAX_CHUNKS,
     MIN_CHUNKS,
     ClippedMean,
@@ -35,7 +35,7 @@ DEFAULT = (5.0,)
 def params(**kw: Any) -> SampleAggregateParams:
     base: dict[str, Any] = {
         "name": "q",
-        "function": "pipelines.example_functions:visit_duration_p90",
+        "function": "userdp.pipelines.example_functions:visit_duration_p90",
         "output_range": (0.0, 10.0),
         "epsilon": 1.0,
         "chunks": 20,

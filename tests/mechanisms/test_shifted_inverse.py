@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, chisquare_pvalue
-from transforms.mechanisms.accounting import ZCDP, PureDP
-from transforms.mechanisms.rng import KeyedRng
-from transforms.mechanisms.shifted_inverse import (
+from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.shifted_inverse import (
     LossRun,
     ShiftedInverseParams,
     down_indices,
@@ -23,8 +23,8 @@ from transforms.mechanisms.shifted_inverse import (
     shifted_inverse,
     shifted_inverse_index,
 )
-from transforms.mechanisms.shifted_inverse_grid import OutputGrid
-from transforms.mechanisms.shifted_inverse_stats import sum_down_values
+from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
+from userdp.transforms.mechanisms.shifted_inverse_stats import sum_down_values
 
 HALF = Fraction(1, 2)
 

@@ -11,9 +11,9 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET
-from transforms.mechanisms.accounting import PureDP
-from transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.accounting import PureDP
+from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 PARAMS = ClampChoiceParams(epsilon=1, min_exponent=-1, max_exponent=4, target_clipped=2)
 

@@ -12,8 +12,8 @@ import pytest
 import scipy.optimize
 from scipy import sparse
 
-from transforms.mechanisms import distinct_envelope
-from transforms.mechanisms.shifted_inverse_stats import (
+from userdp.transforms.mechanisms import distinct_envelope
+from userdp.transforms.mechanisms.shifted_inverse_stats import (
     distinct_down_values,
     kth_largest_down_values,
     max_down_values,

@@ -18,10 +18,10 @@ from scipy import optimize, stats
 
 from tests.mechanisms import local_bruteforce as bf
 from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
-from transforms.mechanisms import quantile_sensitivity as qs
-from transforms.mechanisms import smooth_sensitivity as ss
-from transforms.mechanisms.heavy_tailed import release_grid
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms import quantile_sensitivity as qs
+from userdp.transforms.mechanisms import smooth_sensitivity as ss
+from userdp.transforms.mechanisms.heavy_tailed import release_grid
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 QUANTILES = [Fraction(1, 2), Fraction(1, 3), Fraction(3, 4), Fraction(1, 10), Fraction(9, 10)]
 MAX_N = 6

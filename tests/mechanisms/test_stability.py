@@ -19,8 +19,8 @@ from scipy import stats
 
 from tests.mechanisms import local_bruteforce as bf
 from tests.stats_helpers import P_MIN, TEST_SECRET
-from transforms.mechanisms import stability as st
-from transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms import stability as st
+from userdp.transforms.mechanisms.rng import KeyedRng
 
 KEYS = ("0", "a", "b")
 TYPES = [frozenset(c) for r in (1, 2) for c in itertools.combinations(KEYS, r)]

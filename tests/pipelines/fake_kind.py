@@ -12,12 +12,12 @@ import pyarrow.compute as pc
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
-from pipelines.config import QueryConfig
-from pipelines.config_fields import parse_shares
-from pipelines.kinds.base import BuildContext, KindPlan, PlanContext, QuerySection
-from transforms.mechanisms.accounting import Budget, PureDP
-from transforms.mechanisms.additive import LaplaceMechanism
-from transforms.validate import PERSON_COLUMN
+from userdp.pipelines.config import QueryConfig
+from userdp.pipelines.config_fields import parse_shares
+from userdp.pipelines.kinds.base import BuildContext, KindPlan, PlanContext, QuerySection
+from userdp.transforms.mechanisms.accounting import Budget, PureDP
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.validate import PERSON_COLUMN
 
 
 @dataclass(frozen=True)

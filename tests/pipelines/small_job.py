@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipelines.generate import generate
+from userdp.pipelines.generate import generate
 
 
 def write_small_job(tmp: Path, people: int = 60) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def write_small_job(tmp: Path, people: int = 60) -> dict[str, Any]:
              "value": "duration_s", "bounds": [0.0, 600.0]},
             {"name": "top_domain", "metric": "top_partition", "by": ["domain"]},
             {"name": "p90", "metric": "sample_aggregate",
-             "function": "pipelines.example_functions:visit_duration_p90",
+             "function": "userdp.pipelines.example_functions:visit_duration_p90",
              "columns": ["duration_s"], "range": [0.0, 1000.0], "chunks": 10,
              "aggregator": "median"},
         ],

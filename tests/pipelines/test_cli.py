@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.cli import COMMANDS, main
 from tests.pipelines.test_config import EXAMPLE
+from userdp.pipelines.cli import COMMANDS, main
 
 ROOT = EXAMPLE.parents[1]
 
@@ -83,7 +83,7 @@ def test_generate_then_run_a_bad_and_a_good_job(
 
 def test_console_module_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "plan", str(EXAMPLE)],
+        [sys.executable, "-m", "userdp.pipelines.cli", "plan", str(EXAMPLE)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.config import ConfigError, load_job, parse_job
+from userdp.pipelines.config import ConfigError, load_job, parse_job
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "browsing_job.toml"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.config import parse_job
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
 

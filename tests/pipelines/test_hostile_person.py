@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.config import parse_job
-from pipelines.job import run_release
-from pipelines.kinds import METRIC_KINDS, OPTION_KINDS
-from pipelines.kinds.quantile import METHODS
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.job import run_release
+from userdp.pipelines.kinds import METRIC_KINDS, OPTION_KINDS
+from userdp.pipelines.kinds.quantile import METHODS
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
 DOMAINS = ["a.example", "b.example", "c.example", "d.example"]
@@ -83,7 +83,7 @@ def _queries() -> list[dict[str, Any]]:
         {"name": "saa_mean", "metric": "sample_aggregate", "function": fn,
          "columns": ["duration_s"], "range": [0.0, 600.0], "chunks": 10, "aggregator": "mean"},
         {"name": "saa_median", "metric": "sample_aggregate",
-         "function": "pipelines.example_functions:visit_duration_p90",
+         "function": "userdp.pipelines.example_functions:visit_duration_p90",
          "columns": ["duration_s"], "range": [0.0, 1000.0], "chunks": 10, "aggregator": "median"},
     ]  # fmt: skip
 

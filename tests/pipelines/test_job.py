@@ -13,10 +13,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.config import parse_job
-from pipelines.generate import generate
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import main
-from pipelines.generate import generate
+from userdp.pipelines.cli import main
+from userdp.pipelines.generate import generate
 
 WEEKS = ("2025-W01", "2025-W02", "2025-W03")
 

@@ -31,10 +31,10 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.cli import main
-from pipelines.config import load_job
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import load_job
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
 FORMATS = {"parquet": ".parquet", "avro": ".avro", "csv": ".csv", "json": ".jsonl"}

@@ -21,27 +21,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import kinds
-from pipelines.cli import main
-from pipelines.config import ConfigError, parse_job
-from pipelines.generate import SCHEMA, generate
-from pipelines.job import run_release
-from pipelines.kinds import local_sensitivity
-from pipelines.kinds.local_sensitivity_plan import PerPersonPlan, TopPartitionPlan
-from pipelines.plan import plan_release
-from pipelines.plan_text import print_plan
 from tests.stats_helpers import TEST_SECRET
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
-from transforms.mechanisms.ptr import PTRMean, PTRQuantile
-from transforms.mechanisms.ptr_ladder import LadderPTR, LadderRelease
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.mechanisms.smooth_sensitivity import (
+from userdp.pipelines import kinds
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import ConfigError, parse_job
+from userdp.pipelines.generate import SCHEMA, generate
+from userdp.pipelines.job import run_release
+from userdp.pipelines.kinds import local_sensitivity
+from userdp.pipelines.kinds.local_sensitivity_plan import PerPersonPlan, TopPartitionPlan
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.plan_text import print_plan
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR, LadderRelease
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
     LaplaceLogNormalNoise,
     LaplaceNoise,
     SmoothQuantile,
 )
-from transforms.mechanisms.stability import StableTopPartition
+from userdp.transforms.mechanisms.stability import StableTopPartition
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "local_sensitivity_job.toml"
 _SHIM = "tests.pipelines._local_sensitivity_quantile_shim"
@@ -57,7 +57,7 @@ def register(monkeypatch: pytest.MonkeyPatch) -> None:
     for metric in ("median", "quantile"):
         monkeypatch.setitem(kinds.METRIC_KINDS, metric, _SHIM)
     for metric in local_sensitivity.KIND.metrics:
-        monkeypatch.setitem(kinds.METRIC_KINDS, metric, "pipelines.kinds.local_sensitivity")
+        monkeypatch.setitem(kinds.METRIC_KINDS, metric, "userdp.pipelines.kinds.local_sensitivity")
 
 
 def job(tmp_path: Path, *queries: dict[str, Any], **budget: Any) -> dict[str, Any]:

@@ -22,28 +22,28 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import kinds
-from pipelines.cli import main
-from pipelines.config import ConfigError, parse_job
-from pipelines.generate import SCHEMA, generate
-from pipelines.job import required_columns, run_release
-from pipelines.kinds.sample_aggregate import SampleAggregatePlan
-from pipelines.plan import plan_release
-from pipelines.plan_text import print_plan
 from tests.stats_helpers import TEST_SECRET
-from transforms.bounding import PERSON_COLUMN
-from transforms.chunking import chunk_answers, chunk_ids, chunk_key
-from transforms.mechanisms.accounting import ApproxDP, PureDP, float_down
-from transforms.mechanisms.additive import LaplaceMechanism
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.mechanisms.sample_aggregate import Answer, ClippedMean, default_chunks
+from userdp.pipelines import kinds
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import ConfigError, parse_job
+from userdp.pipelines.generate import SCHEMA, generate
+from userdp.pipelines.job import required_columns, run_release
+from userdp.pipelines.kinds.sample_aggregate import SampleAggregatePlan
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.plan_text import print_plan
+from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.chunking import chunk_answers, chunk_ids, chunk_key
+from userdp.transforms.mechanisms.accounting import ApproxDP, PureDP, float_down
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import Answer, ClippedMean, default_chunks
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "sample_aggregate_job.toml"
 HERE = __name__
 KEY = ReleaseKey(TEST_SECRET)
 PERSONS = 300
-SAA = "pipelines.kinds.sample_aggregate"
+SAA = "userdp.pipelines.kinds.sample_aggregate"
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,7 @@ def job(tmp_path: Path, *queries: dict[str, Any], **budget: Any) -> dict[str, An
 SLOPE = {
     "name": "slope",
     "metric": "sample_aggregate",
-    "function": "pipelines.example_functions:duration_vs_hour_slope",
+    "function": "userdp.pipelines.example_functions:duration_vs_hour_slope",
     "columns": ["timestamp", "duration_s"],
     "range": [-5.0, 5.0],
     "chunks": 8,
@@ -97,7 +97,7 @@ SLOPE = {
 P90 = {
     "name": "p90",
     "metric": "sample_aggregate",
-    "function": "pipelines.example_functions:visit_duration_p90",
+    "function": "userdp.pipelines.example_functions:visit_duration_p90",
     "columns": ["duration_s"],
     "range": [0.0, 1000.0],
     "chunks": 8,
@@ -219,12 +219,13 @@ def test_userdp_plan_reports_a_bad_function_without_reading_data(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = EXAMPLE.read_text().replace(
-        "pipelines.example_functions:visit_duration_p90", "pipelines.example_functions:p91"
+        "userdp.pipelines.example_functions:visit_duration_p90",
+        "userdp.pipelines.example_functions:p91",
     )
     (tmp_path / "job.toml").write_text(text)
     assert main(["plan", str(tmp_path / "job.toml")]) == 2
     err = capsys.readouterr().err
-    assert "queries[1].function = 'pipelines.example_functions:p91'" in err
+    assert "queries[1].function = 'userdp.pipelines.example_functions:p91'" in err
     assert "has no attribute 'p91'" in err
 
 
@@ -237,7 +238,7 @@ def test_planning_checks_the_function_without_loading_beam() -> None:
         "from pipelines.plan import plan_release\n"
         f"plan_release(load_job({str(EXAMPLE)!r}))\n"
         "print(any(m.startswith('apache_beam') for m in sys.modules),\n"
-        "      'pipelines.example_functions' in sys.modules)\n"
+        "      'userdp.pipelines.example_functions' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT

@@ -20,26 +20,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import kinds
-from pipelines.cli import main
-from pipelines.config import ConfigError, parse_job
-from pipelines.generate import SCHEMA, generate
-from pipelines.job import run_release
-from pipelines.kinds.shifted_inverse_plan import AutoBoundPlan, ShiftedInversePlan
-from pipelines.plan import plan_release
-from pipelines.plan_text import print_plan
 from tests.stats_helpers import TEST_SECRET
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
-from transforms.mechanisms.auto_bound import ClampChoiceParams
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.mechanisms.shifted_inverse import shifted_inverse, shifted_inverse_quantile
-from transforms.mechanisms.shifted_inverse_stats import (
+from userdp.pipelines import kinds
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import ConfigError, parse_job
+from userdp.pipelines.generate import SCHEMA, generate
+from userdp.pipelines.job import run_release
+from userdp.pipelines.kinds.shifted_inverse_plan import AutoBoundPlan, ShiftedInversePlan
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.plan_text import print_plan
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.shifted_inverse import shifted_inverse, shifted_inverse_quantile
+from userdp.transforms.mechanisms.shifted_inverse_stats import (
     distinct_down_values,
     max_down_values,
     sum_down_values,
 )
-from transforms.noisy_combine import canonical_key_string
-from transforms.shifted_inverse_release import (
+from userdp.transforms.noisy_combine import canonical_key_string
+from userdp.transforms.shifted_inverse_release import (
     AutoBoundQuery,
     ClampStats,
     Contributions,
@@ -50,7 +50,7 @@ from transforms.shifted_inverse_release import (
 )
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shifted_inverse_job.toml"
-SI = "pipelines.kinds.shifted_inverse"
+SI = "userdp.pipelines.kinds.shifted_inverse"
 
 
 @pytest.fixture(autouse=True)

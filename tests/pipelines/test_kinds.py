@@ -14,16 +14,16 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines import kinds
-from pipelines.cli import main
-from pipelines.config import ConfigError, load_job, parse_job
-from pipelines.generate import generate
-from pipelines.job import build_pipeline, required_columns, run_release
-from pipelines.plan import plan_release
-from pipelines.plan_text import print_plan
-from pipelines.sources import inspect_inputs
-from transforms.mechanisms.additive import LaplaceMechanism
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines import kinds
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import ConfigError, load_job, parse_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import build_pipeline, required_columns, run_release
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.plan_text import print_plan
+from userdp.pipelines.sources import inspect_inputs
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 
 @pytest.fixture(autouse=True)

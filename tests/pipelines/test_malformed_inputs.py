@@ -36,11 +36,11 @@ from typing import Any
 
 import pytest
 
-from pipelines.cli import main
-from pipelines.config import load_job
-from pipelines.job import run_release
 from tests.pipelines.malformed_corpus import SCOPE, Case, Planted, full_cases, small_cases
-from transforms.mechanisms.rng import ReleaseKey
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import load_job
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
 TRACEBACK = "Traceback (most recent call last)"
@@ -177,7 +177,7 @@ def _run_in_process(job: Path, cwd: Path, capfd: pytest.CaptureFixture[str]) -> 
 
 
 def _run_child(job: Path, cwd: Path, planted: Planted, runner: str, fifo: bool) -> Run:
-    cmd = [sys.executable, "-m", "pipelines.cli", "run", str(job)]
+    cmd = [sys.executable, "-m", "userdp.pipelines.cli", "run", str(job)]
     if runner == "nodac" and os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:

@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
-from pipelines.config import ConfigError, load_job, parse_job
-from pipelines.plan import LN20, Z95, plan_release
 from tests.pipelines.test_config import EXAMPLE, job, query
-from transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
-from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from transforms.mechanisms.partition_selection import GaussianThresholding, LaplaceThresholding
+from userdp.pipelines.config import ConfigError, load_job, parse_job
+from userdp.pipelines.plan import LN20, Z95, plan_release
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.partition_selection import (
+    GaussianThresholding,
+    LaplaceThresholding,
+)
 
 EPS_HALF = ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))
 

@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pipelines.job
-from pipelines import cli
-from pipelines.config import JobConfig, load_job
-from pipelines.generate import SCHEMA, generate
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+import userdp.pipelines.job
+from userdp.pipelines import cli
+from userdp.pipelines.config import JobConfig, load_job
+from userdp.pipelines.generate import SCHEMA, generate
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 SECRET = bytes(range(100, 132))  # a fixed test secret, never a real release's
 KEY = ReleaseKey(SECRET)
@@ -161,7 +161,7 @@ def reference(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Rel
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, job_file: Path, *beam_args: str) -> Release:
     """``userdp run`` with the release secret fixed to KEY (the CLI draws a fresh one)."""
-    monkeypatch.setattr(pipelines.job, "new_release_secret", lambda: SECRET)
+    monkeypatch.setattr(userdp.pipelines.job, "new_release_secret", lambda: SECRET)
     assert cli.main(["run", str(job_file), *beam_args]) == 0
     return read_release(load_job(job_file))
 

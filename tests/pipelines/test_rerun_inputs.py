@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import pipelines.job
-import pipelines.release_inputs
-from pipelines.cli import main
-from pipelines.generate import generate
+import userdp.pipelines.job
+import userdp.pipelines.release_inputs
+from userdp.pipelines.cli import main
+from userdp.pipelines.generate import generate
 
 FUNCTION_MODULE = "userdp_rerun_fns"
 FUNCTION_SOURCE = """
@@ -122,7 +122,7 @@ def _edit_function_source(root: Path, mp: pytest.MonkeyPatch) -> None:
 
 def _upgrade_userdp(root: Path, mp: pytest.MonkeyPatch) -> None:
     # a new version or any edited module of transforms/pipelines changes this digest
-    mp.setattr(pipelines.release_inputs, "userdp_code_digest", lambda: "0.2.0 sha256:new")
+    mp.setattr(userdp.pipelines.release_inputs, "userdp_code_digest", lambda: "0.2.0 sha256:new")
 
 
 def _replace_key_file(root: Path, mp: pytest.MonkeyPatch) -> None:
@@ -145,7 +145,7 @@ def test_editing_anything_the_release_reads_refuses_the_rerun_before_it_runs(
     before, beside = release_files(published), siblings(published)
     EDITS[edit](published, monkeypatch)
     ran = []
-    monkeypatch.setattr(pipelines.job, "build_pipeline", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(userdp.pipelines.job, "build_pipeline", lambda *a, **k: ran.append(1))
     capsys.readouterr()
     assert main(["run", str(published / "job.toml")]) == 3
     err = capsys.readouterr().err
@@ -159,13 +159,13 @@ def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
 ) -> None:
     """Defence in depth: a change the fingerprint does not see (simulated by hiding the key
     file's digest) still cannot overwrite the release — the manifests are compared first."""
-    original = pipelines.release_inputs.release_artifacts
+    original = userdp.pipelines.release_inputs.release_artifacts
 
     def blind(*args: object, **kwargs: object) -> dict[str, str]:
         artifacts = original(*args, **kwargs)  # type: ignore[arg-type]
         return {k: v for k, v in artifacts.items() if not k.endswith(".partitions")}
 
-    monkeypatch.setattr(pipelines.job, "release_artifacts", blind)
+    monkeypatch.setattr(userdp.pipelines.job, "release_artifacts", blind)
     job = published / "job.toml"
     job.write_text(JOB.replace('"weekly-1"', '"weekly-2"'))  # a new id, fingerprinted blind
     assert main(["run", str(job)]) == 0

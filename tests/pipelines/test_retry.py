@@ -27,34 +27,39 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.transforms import combiners
 
-import pipelines.job
-import pipelines.release_graph
-import pipelines.sinks
-import pipelines.sources
-import transforms.aggregate
-import transforms.noisy_combine
-import transforms.validate
-from pipelines.config import load_job
-from pipelines.job import run_release
-from transforms.mechanisms.rng import ReleaseKey
+import userdp.pipelines.job
+import userdp.pipelines.release_graph
+import userdp.pipelines.sinks
+import userdp.pipelines.sources
+import userdp.transforms.aggregate
+import userdp.transforms.noisy_combine
+import userdp.transforms.validate
+from userdp.pipelines.config import load_job
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 from .test_portability import KEY, Dataset, Release, make_dataset, read_release, run_reference
 from .test_portability import write_job as write_job_file
 
 # (stage, object, attribute, fails "before" the call or "midway" after the first output)
 STAGES: list[tuple[str, Any, str, str]] = [
-    ("read parquet", pipelines.sources._ReadParquetRowGroup, "process", "midway"),
-    ("tag file", pipelines.sources, "_with_file", "before"),
-    ("validate", transforms.validate._Validate, "process", "midway"),
-    ("split by shard", transforms.aggregate, "split_by_shard", "midway"),
-    ("concatenate shard", transforms.aggregate, "_concatenate", "before"),
-    ("bound shard", transforms.aggregate._AggregateShard, "__call__", "midway"),
-    ("combine per partition", transforms.aggregate.CombinePartitionStats, "add_input", "before"),
-    ("keep listed keys", transforms.noisy_combine, "_join_public", "midway"),
-    ("release partition", transforms.noisy_combine._ReleasePartition, "__call__", "midway"),
+    ("read parquet", userdp.pipelines.sources._ReadParquetRowGroup, "process", "midway"),
+    ("tag file", userdp.pipelines.sources, "_with_file", "before"),
+    ("validate", userdp.transforms.validate._Validate, "process", "midway"),
+    ("split by shard", userdp.transforms.aggregate, "split_by_shard", "midway"),
+    ("concatenate shard", userdp.transforms.aggregate, "_concatenate", "before"),
+    ("bound shard", userdp.transforms.aggregate._AggregateShard, "__call__", "midway"),
+    (
+        "combine per partition",
+        userdp.transforms.aggregate.CombinePartitionStats,
+        "add_input",
+        "before",
+    ),
+    ("keep listed keys", userdp.transforms.noisy_combine, "_join_public", "midway"),
+    ("release partition", userdp.transforms.noisy_combine._ReleasePartition, "__call__", "midway"),
     ("collect", combiners.ToListCombineFn, "add_input", "before"),
-    ("write output", pipelines.release_graph, "_write_query_output", "before"),
-    ("dead letter to json", pipelines.sinks, "_json_line", "before"),
+    ("write output", userdp.pipelines.release_graph, "_write_query_output", "before"),
+    ("dead letter to json", userdp.pipelines.sinks, "_json_line", "before"),
     ("write dead letters", textio._TextSink, "write_encoded_record", "before"),
 ]
 
@@ -124,7 +129,7 @@ def reference(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Rel
 def bundle_based(monkeypatch: pytest.MonkeyPatch) -> None:
     """run_release on the retrying BundleBasedDirectRunner instead of the FnApiRunner."""
     runner = lambda *a, **k: (BundleBasedDirectRunner(), PipelineOptions([]))  # noqa: E731
-    monkeypatch.setattr(pipelines.job, "pipeline_options", runner)
+    monkeypatch.setattr(userdp.pipelines.job, "pipeline_options", runner)
 
 
 @pytest.mark.usefixtures("bundle_based")
@@ -153,7 +158,7 @@ def test_negative_control_a_retry_drawing_other_noise_is_caught(
 ) -> None:
     markers = tmp_path / "failed"
     markers.mkdir()
-    release_partition = transforms.noisy_combine._ReleasePartition.__call__
+    release_partition = userdp.transforms.noisy_combine._ReleasePartition.__call__
     failing = fail_once(release_partition, markers / "release partition", "before")
 
     def other_stream_after_the_failure(self: Any, *args: Any) -> Any:
@@ -163,7 +168,9 @@ def test_negative_control_a_retry_drawing_other_noise_is_caught(
         return failing(self, *args)
 
     monkeypatch.setattr(
-        transforms.noisy_combine._ReleasePartition, "__call__", other_stream_after_the_failure
+        userdp.transforms.noisy_combine._ReleasePartition,
+        "__call__",
+        other_stream_after_the_failure,
     )
     release = run_on_bundle_based_runner(write_job_file(tmp_path / "job", dataset))
     assert (markers / "release partition").exists()

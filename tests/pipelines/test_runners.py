@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
-from pipelines.config import ConfigError
-from pipelines.runners import (
+from userdp.pipelines.config import ConfigError
+from userdp.pipelines.runners import (
     FLINK_VERSIONS,
     OPTIONS,
     RunnerError,

@@ -21,13 +21,13 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines.config import parse_job
-from pipelines.job import build_pipeline, required_columns
-from pipelines.plan import plan_release
-from pipelines.sources import inspect_inputs
 from tests.pipelines.small_job import write_small_job
-from transforms.keys import FileQueryKey, ReleaseKeys, read_key_file
-from transforms.mechanisms.rng import QueryKey, derive_release_secret
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.job import build_pipeline, required_columns
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.sources import inspect_inputs
+from userdp.transforms.keys import FileQueryKey, ReleaseKeys, read_key_file
+from userdp.transforms.mechanisms.rng import QueryKey, derive_release_secret
 
 NONCE = bytes(range(100, 132))
 
@@ -120,7 +120,7 @@ def test_the_launcher_keys_refuse_to_be_pickled() -> None:
 
 def test_negative_control_a_step_holding_the_secret_is_caught(tmp_path: Path) -> None:
     """What the old pipeline did (a ReleaseKey pickled into every noise step) is found."""
-    from transforms.mechanisms.rng import ReleaseKey  # noqa: PLC0415
+    from userdp.transforms.mechanisms.rng import ReleaseKey  # noqa: PLC0415
 
     secret = bytes(range(32))
     pipeline, _ = _build(tmp_path, ReleaseKeys.from_secret(secret, None))

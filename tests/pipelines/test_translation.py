@@ -26,10 +26,10 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 from apache_beam.runners.portability.flink_runner import FlinkRunner
 
-import pipelines.job
-from pipelines.config import JobConfig, load_job
-from pipelines.job import ReleaseRunError, run_release
-from pipelines.runners import pipeline_options, resolve, resolved_options
+import userdp.pipelines.job
+from userdp.pipelines.config import JobConfig, load_job
+from userdp.pipelines.job import ReleaseRunError, run_release
+from userdp.pipelines.runners import pipeline_options, resolve, resolved_options
 
 from .test_portability import KEY, QUERIES, Dataset, make_dataset, write_job
 
@@ -147,7 +147,7 @@ def flink_job(
 
     job = load_job(write_job(tmp_path_factory.mktemp("flink"), dataset, "flink", FLINK))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pipelines.job, "pipeline_options", flink)
+        mp.setattr(userdp.pipelines.job, "pipeline_options", flink)
         with pytest.raises(ReleaseRunError) as failed:
             run_release(job, release_key=KEY)
         assert isinstance(failed.value.__cause__, _Submitted)  # stopped at the submission
@@ -218,7 +218,7 @@ def test_dataflow_dry_run_translates_the_release(
         assert name == "DataflowRunner"  # userdp run refuses --dry_run: it is added here
         return runner, PipelineOptions([*resolve(*args, **kwargs).flags, *DRY_RUN])
 
-    monkeypatch.setattr(pipelines.job, "pipeline_options", dataflow)
+    monkeypatch.setattr(userdp.pipelines.job, "pipeline_options", dataflow)
     opts = "{ " + ", ".join(f'{k} = "{v}"' for k, v in DATAFLOW.items() if k != "max_num_workers")
     job = load_job(write_job(tmp_path, dataset, "dataflow", opts + ", max_num_workers = 4 }"))
     run_release(job, release_key=KEY)

@@ -9,14 +9,14 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.aggregate import (
+from userdp.transforms.aggregate import (
     AggregatePerPartition,
     CombinePartitionStats,
     ShardByPerson,
     split_by_shard,
 )
-from transforms.bounding import PERSON_COLUMN, PartitionStats, bound_and_aggregate
-from transforms.params import BoundingParams
+from userdp.transforms.bounding import PERSON_COLUMN, PartitionStats, bound_and_aggregate
+from userdp.transforms.params import BoundingParams
 
 KEY = bytes(range(32))
 

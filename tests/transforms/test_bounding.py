@@ -9,14 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from transforms.bounding import (
+from userdp.transforms.bounding import (
     PERSON_COLUMN,
     ZERO_STATS,
     PartitionStats,
     bound_and_aggregate,
     person_shards,
 )
-from transforms.params import BoundingParams
+from userdp.transforms.params import BoundingParams
 
 KEY = bytes(range(32))
 

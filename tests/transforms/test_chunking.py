@@ -15,10 +15,10 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from scipy import stats
 
-from pipelines import example_functions
 from tests.stats_helpers import P_MIN
-from transforms.bounding import PERSON_COLUMN
-from transforms.chunking import (
+from userdp.pipelines import example_functions
+from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.chunking import (
     AnswerPerChunk,
     SampleAndAggregate,
     answer_chunk,
@@ -28,8 +28,8 @@ from transforms.chunking import (
     chunk_key,
     resolve_function,
 )
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.mechanisms.sample_aggregate import SampleAggregateParams, default_chunks
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams, default_chunks
 
 HERE = "tests.transforms.test_chunking"
 RELEASE_KEY = ReleaseKey(bytes(range(32)))

@@ -10,16 +10,16 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from transforms.bounding import PartitionStats
-from transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from transforms.mechanisms.partition_selection import (
+from userdp.transforms.bounding import PartitionStats
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
     TruncatedGeometricSelection,
 )
-from transforms.mechanisms.rng import ReleaseKey
-from transforms.noisy_combine import ReleaseNoisily, canonical_key_string
-from transforms.params import BoundingParams, ReleaseParams
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.noisy_combine import ReleaseNoisily, canonical_key_string
+from userdp.transforms.params import BoundingParams, ReleaseParams
 
 RELEASE_KEY = ReleaseKey(bytes(range(32)))
 BOUNDS = BoundingParams(("domain",), "d", 0.0, 600.0, 1, 2)

@@ -13,8 +13,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.bounding import PERSON_COLUMN
-from transforms.per_person import PerPersonValues, reduce_per_person
+from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.per_person import PerPersonValues, reduce_per_person
 
 KEY = b"s" * 32
 

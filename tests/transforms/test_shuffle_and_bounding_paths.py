@@ -26,9 +26,9 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
-from transforms import bounding
-from transforms.aggregate import ShardByPerson, _concatenate, split_by_shard
-from transforms.bounding import (
+from userdp.transforms import bounding
+from userdp.transforms.aggregate import ShardByPerson, _concatenate, split_by_shard
+from userdp.transforms.bounding import (
     PERSON_COLUMN,
     PERSON_HASH_COLUMN,
     PERSON_HASH_KEY,
@@ -39,7 +39,7 @@ from transforms.bounding import (
     person_rank_hashes,
     rank_hash_shards,
 )
-from transforms.params import BoundingParams
+from userdp.transforms.params import BoundingParams
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(100, 132))

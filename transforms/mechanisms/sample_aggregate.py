@@ -103,17 +103,29 @@ def check_function_path(path: object) -> str:
     if not isinstance(path, str) or not _FUNCTION_PATH.match(path):
         raise ValueError(
             f"function must be an import path 'module:function', got {path!r}; "
-            "e.g. 'pipelines.example_functions:session_duration_p90'"
+            "e.g. 'userdp.pipelines.example_functions:session_duration_p90'"
         )
     return path
 
 
-def resolve_function(path: str) -> ChunkFunction:
+def function_name(function: str | ChunkFunction) -> str:
+    """How the manifest and ``userdp plan`` name a function: its path, or module:qualname."""
+    if isinstance(function, str):
+        return function
+    module = getattr(function, "__module__", "?")
+    return f"{module}:{getattr(function, '__qualname__', type(function).__name__)} (a callable)"
+
+
+def resolve_function(path: str | ChunkFunction) -> ChunkFunction:
     """``"package.module:function"`` (or ``module:Class.method``) → the callable.
 
     Imports the module (the launcher checks this when planning, the workers when they start), so
-    a module that fails to import — for any reason — is a ValueError naming the path.
+    a module that fails to import — for any reason — is a ValueError naming the path. A callable
+    (the library's ``SampleAggregate(function=...)``, pickled into the job graph) is returned as
+    it is.
     """
+    if callable(path):
+        return path
     module_name, _, attr = check_function_path(path).partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -434,7 +446,7 @@ class SampleAggregateParams:
     """
 
     name: str
-    function: str
+    function: str | ChunkFunction  # an import path; a pickled callable from the library
     output_range: tuple[float, float] | tuple[tuple[float, float], ...]
     epsilon: float
     aggregator: Aggregator = "mean"
@@ -447,7 +459,8 @@ class SampleAggregateParams:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        check_function_path(self.function)
+        if not callable(self.function):
+            check_function_path(self.function)
         if self.aggregator not in AGGREGATORS:
             raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {self.aggregator!r}")
         if self.input_kind not in INPUT_KINDS:
@@ -520,7 +533,7 @@ class SampleAggregateParams:
             }
         return {
             "metric": "sample_aggregate",
-            "function": self.function,
+            "function": function_name(self.function),
             "input": self.input_kind,
             "chunks": self.chunks if self.chunks is not None else "auto",
             "chunks_rule": None if self.chunks is not None else _CHUNKS_RULE,

@@ -1,0 +1,248 @@
+"""The public library (``import userdp.transforms as dp``): wiring and every kind of misuse.
+
+Exact values come from the test hook ``Release._for_launcher(..., noise=False)``; each misuse
+must fail when the transform is applied (pipeline construction), with a message saying what to do.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+import pyarrow as pa
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+import userdp.transforms as dp
+from userdp.pipelines.config_fields import ConfigError
+from userdp.transforms.mechanisms.rng import ReleaseKey
+
+KEY = ReleaseKey(bytes(range(32)))  # a fixed test secret
+
+# 4 persons; "dan" has 5 rows on a.example (bounded to 2 by max_rows_per_partition)
+ROWS = [
+    {"person": "ann", "domain": "a.example", "duration_s": 10.0},
+    {"person": "ann", "domain": "b.example", "duration_s": 20.0},
+    {"person": "bob", "domain": "a.example", "duration_s": 30.0},
+    {"person": "cat", "domain": "b.example", "duration_s": 40.0},
+    *({"person": "dan", "domain": "a.example", "duration_s": 50.0} for _ in range(5)),
+]
+BAD = [
+    {"person": None, "domain": "a.example", "duration_s": 1.0},  # no person id
+    {"person": "eve", "domain": "a.example", "duration_s": "long"},  # not a number
+    {"person": 7, "domain": "a.example", "duration_s": 1.0},  # an int id in a string column
+]
+PUBLIC = ["a.example", "b.example", "c.example"]
+
+
+def exact_release(**budget: Any) -> dp.Release:
+    return dp.Release._for_launcher(dp.Budget(**(budget or {"epsilon": 1})), KEY, noise=False)
+
+
+def by_person(rows: Any, release: dp.Release) -> Any:
+    return rows | release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
+
+
+def count(**extra: Any) -> Any:
+    params = {"by": ["domain"], "max_partitions_per_person": 2, "max_rows_per_partition": 2}
+    return dp.Count(**{**params, "public_partitions": PUBLIC, "epsilon": 0.5, **extra})
+
+
+def test_count_with_public_partitions_is_exact_without_noise() -> None:
+    release = exact_release()
+    with beam.Pipeline() as p:
+        people = by_person(p | beam.Create(ROWS + BAD), release)
+        visits = people | "visits" >> count()
+        assert_that(
+            visits | beam.Map(lambda r: (r.domain, r.value)),
+            equal_to([("a.example", 4.0), ("b.example", 2.0), ("c.example", 0.0)]),
+        )
+        reasons = people.dead_letter | beam.Map(lambda d: d["reason"])
+        assert_that(
+            reasons,
+            equal_to(
+                [
+                    "null or empty person id",
+                    "non-numeric value in duration_s",
+                    "person id type mismatch",
+                ]
+            ),
+            label="dead letters",
+        )
+    assert [q["name"] for q in release.manifest()["queries"]] == ["visits"]
+    assert release.manifest()["spent"]["epsilon"] == 0.5
+
+
+class Visit(NamedTuple):
+    person: str
+    domain: str
+    duration_s: float
+
+
+def test_dicts_rows_namedtuples_and_arrow_batches_give_the_same_release() -> None:
+    as_table = pa.Table.from_pylist(ROWS)
+    inputs = {
+        "dicts": ROWS,
+        "rows": [beam.Row(**r) for r in ROWS],
+        "namedtuples": [Visit(**r) for r in ROWS],
+        "arrow": [as_table.slice(0, 4), as_table.slice(4).to_batches()[0]],
+    }
+    for name, elements in inputs.items():
+        release = exact_release()
+        with beam.Pipeline() as p:
+            people = by_person(p | beam.Create(elements), release)
+            mean = people | "mean" >> dp.Mean(
+                by=["domain"], value="duration_s", bounds=[0, 100],
+                max_partitions_per_person=2, max_rows_per_partition=2,
+                public_partitions=PUBLIC[:2], epsilon=1,
+            )  # fmt: skip
+            # a.example: ann 10, bob 30, dan 50 + 50 (bounded to 2 rows); b.example: 20, 40
+            assert_that(
+                mean | beam.Map(lambda r: (r.domain, r.value)),
+                equal_to([("a.example", 35.0), ("b.example", 30.0)]),
+                label=name,
+            )
+
+
+def test_every_metric_transform_states_its_metric_and_a_guarantee() -> None:
+    for name in dp.__all__:
+        cls = getattr(dp, name)
+        if isinstance(cls, type) and issubclass(cls, beam.PTransform) and hasattr(cls, "metric"):
+            doc = cls.__doc__ or ""
+            assert "docs/" in doc or "Guarantee" in doc, name
+
+
+# --- misuse: one test per kind, each failing at construction with what to do -----------------
+
+
+def test_a_metric_on_rows_that_did_not_go_through_by_person() -> None:
+    with (
+        beam.Pipeline() as p,
+        pytest.raises(TypeError, match=r"must be applied to the output of release\.ByPerson"),
+    ):
+        _ = p | beam.Create(ROWS) | "visits" >> count()
+
+
+def test_a_transform_applied_to_two_releases() -> None:
+    visits = count()
+    with (
+        pytest.raises(dp.ReleaseError, match="already applied to another release"),
+        beam.Pipeline() as p,
+    ):
+        rows = p | beam.Create(ROWS)
+        _ = by_person(rows, exact_release()) | "a" >> visits
+        other = rows | "Other" >> exact_release().ByPerson(
+            "person", keys={"domain": "string"}, values=["duration_s"]
+        )
+        _ = other | "b" >> visits
+
+
+def test_a_release_used_by_two_pipelines() -> None:
+    release = exact_release()
+    with beam.Pipeline() as p:
+        _ = by_person(p | beam.Create(ROWS), release) | "visits" >> count()
+    with (
+        pytest.raises(dp.ReleaseError, match="already used by another pipeline"),
+        beam.Pipeline() as p2,
+    ):
+        _ = by_person(p2 | beam.Create(ROWS), release)
+
+
+def test_a_name_reused_in_one_release() -> None:
+    release = exact_release()
+    with (
+        pytest.raises(dp.ReleaseError, match=r"name 'Visits' is already used .*'visits'"),
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), release)
+        _ = people | "visits" >> count()
+        _ = people | "Count again" >> count(name="Visits")
+
+
+def test_the_budget_exhausted_names_every_transform_and_its_share() -> None:
+    release = exact_release(epsilon=1)
+    with (
+        pytest.raises(dp.ReleaseError, match=r"exhausted: shares \{visits: .*0\.5.*more: .*0\.75"),
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), release)
+        _ = people | "visits" >> count()
+        _ = people | "more" >> count(epsilon=0.75)
+    assert [q["name"] for q in release.manifest()["queries"]] == ["visits"]  # nothing booked
+
+
+def test_a_transform_without_a_share() -> None:
+    with (
+        pytest.raises(dp.ReleaseError, match=r"Count\('visits'\) has no share .* pass epsilon="),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | "visits" >> dp.Count(
+            by=["domain"], max_partitions_per_person=1, max_rows_per_partition=1,
+            public_partitions=PUBLIC,
+        )  # fmt: skip
+
+
+def test_gaussian_noise_without_delta() -> None:
+    with (
+        pytest.raises(
+            ConfigError, match=r"Count\('visits'\)\.noise = 'gaussian': expected .*delta"
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create(ROWS), exact_release(epsilon=1)) | "visits" >> count(
+            noise="gaussian"
+        )
+
+
+def test_private_partitions_without_delta() -> None:
+    with (
+        pytest.raises(ConfigError, match=r"Count\('visits'\)\.partitions = 'private'"),
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), exact_release(epsilon=1))
+        _ = people | "visits" >> dp.Count(
+            by=["domain"], max_partitions_per_person=1, max_rows_per_partition=1, epsilon=1
+        )
+
+
+def test_a_sample_aggregate_function_that_cannot_be_pickled() -> None:
+    rows_seen = (n for n in range(3))  # a generator: no pickler can send it to a worker
+
+    def holds_a_generator(table: Any) -> float:
+        return float(next(rows_seen, table.num_rows))
+
+    with pytest.raises(TypeError, match=r"cannot be pickled .* define it at module level"):
+        dp.SampleAggregate(function=holds_a_generator, columns=[], range=[0, 10], epsilon=1)
+
+
+def test_a_column_not_declared_in_by_person() -> None:
+    with (
+        pytest.raises(ValueError, match=r"reads column 'url' as a key, but it was not declared"),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | "visits" >> count(by=["url"])
+
+
+def test_a_transform_without_a_name() -> None:
+    with (
+        pytest.raises(ValueError, match=r"Count needs a name: 'visits' >> Count"),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | count()
+
+
+def test_a_value_declared_as_a_key_type_and_arrow_types_that_do_not_match() -> None:
+    with pytest.raises(ValueError, match="key types are"):
+        exact_release().ByPerson("person", keys={"duration_s": "float"})
+    table = pa.table({"person": ["a"], "domain": [1.5], "duration_s": [1.0]})
+    with (
+        pytest.raises(Exception, match=r"column 'domain' is double .* declared string"),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create([table]), exact_release())
+
+
+def test_a_release_never_pickles_its_secret() -> None:
+    with pytest.raises(TypeError, match="stays on the launcher"):
+        pickle.dumps(dp.Release(dp.Budget(epsilon=1)))

@@ -1,0 +1,218 @@
+"""``release.ByPerson(...)``: any PCollection of rows → the release's persons, validated once.
+
+The one entry into a release. It turns elements — Python dicts, ``beam.Row``\\ s or NamedTuples
+(the convenient path), or ``pyarrow`` tables / record batches (the fast path) — into the raw
+tables of ``docs/release-job-contracts.md`` and validates them exactly like the job file's
+reader does (:mod:`.validate`): one canonical person id (a string), key columns in their
+declared type, value columns as float64; a row with a null, NaN, an unparsable value or a value
+of another type than declared goes to ``dead_letter`` (raw private data: the operator's only).
+
+Types come from the caller (``keys={"domain": "string"}``, ``values=["duration_s"]``,
+``person_type``), never from the values: a column's type, and so the output schemas, cannot
+depend on one person. An Arrow table whose column has another type family than declared is a
+schema error (a ``TypeError`` naming the column), not a dead letter.
+
+The result is a PCollection of clean tables that carries the release: metric transforms applied
+to it (``people | "visits" >> Count(...)``) find their release, the column types and the one
+shuffle by person (built on first use, shared by every metric) there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+
+from .aggregate import ShardByPerson
+from .validate import ValidateRows
+
+if TYPE_CHECKING:
+    from apache_beam.pvalue import PCollection
+
+    from userdp.pipelines.input_files import InputSchema
+
+    from .release import Release
+
+PEOPLE_ATTRIBUTE = "_userdp_people"  # set on ByPerson's output PCollection
+BATCH_ROWS = 10_000  # Python rows per raw table
+_KEY_TYPES = {"string": pa.string(), "int": pa.int64(), "bool": pa.bool_()}
+DEFAULT_SHARDS = 8
+
+
+@dataclass
+class People:
+    """What ByPerson's output carries for the metric transforms (launcher side only)."""
+
+    release: Release
+    schema: InputSchema
+    num_shards: int
+    _shards: Callable[[], PCollection[Any]]
+    _built: list[PCollection[Any]] = field(default_factory=list)
+
+    def shards(self) -> PCollection[Any]:
+        """(shard, pa.Table): the release's one shuffle by person, built on first use."""
+        if not self._built:
+            self._built.append(self._shards())
+        return self._built[0]
+
+
+def people_of(pcoll: object, transform: str) -> People:
+    """The release information of ``pcoll``; a clear error if it did not come from ByPerson."""
+    people = getattr(pcoll, PEOPLE_ATTRIBUTE, None)
+    if not isinstance(people, People):
+        raise TypeError(
+            f"{transform} must be applied to the output of release.ByPerson(...), not to "
+            f"{type(pcoll).__name__} {getattr(pcoll, 'producer', None) and pcoll}: only rows "
+            "validated and grouped by person can be bounded per person"
+        )
+    return people
+
+
+def _as_record(element: Any) -> Any:
+    """dict / beam.Row / NamedTuple → dict; anything else is passed on (a malformed record)."""
+    if isinstance(element, Mapping):
+        return element
+    as_dict = getattr(element, "_asdict", None)
+    return as_dict() if callable(as_dict) else element
+
+
+def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
+    """Arrow input: the declared columns, each in its declared family (or text to be parsed)."""
+    from userdp.pipelines.input_files import arrow_family  # noqa: PLC0415
+
+    missing = [c for c in schema.columns if c not in table.column_names]
+    if missing:
+        raise TypeError(f"ByPerson: the Arrow input has no column(s) {missing}")
+    table = table.select(list(schema.columns))
+    want = schema.arrow_schema()
+    for f in table.schema:
+        have, expected = arrow_family(f.type), arrow_family(want.field(f.name).type)
+        ok = have in (expected, "string") or (expected == "float" and have == "integer")
+        if not ok:
+            raise TypeError(
+                f"ByPerson: column {f.name!r} is {f.type} in the Arrow input but declared "
+                f"{expected}; cast it before ByPerson (types are never guessed from values)"
+            )
+    return table
+
+
+class _ToRawTables(beam.DoFn):
+    """Elements → raw tables: Arrow passes through (checked), Python rows are batched."""
+
+    def __init__(self, schema: InputSchema) -> None:
+        self._schema = schema
+        self._rows: list[Any] = []
+
+    def start_bundle(self) -> None:
+        self._rows = []
+
+    def process(self, element: Any) -> Iterator[pa.Table]:
+        if isinstance(element, pa.RecordBatch):
+            element = pa.Table.from_batches([element])
+        if isinstance(element, pa.Table):
+            yield _check_table(element, self._schema)
+            return
+        self._rows.append(_as_record(element))
+        if len(self._rows) >= BATCH_ROWS:
+            yield self._flush()
+
+    def _flush(self) -> pa.Table:
+        from userdp.pipelines.sources import records_to_table  # noqa: PLC0415
+
+        rows, self._rows = self._rows, []
+        return records_to_table(rows, self._schema)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._rows:
+            yield GlobalWindows.windowed_value(self._flush())
+
+
+class ByPerson(beam.PTransform[Any, Any]):
+    """Rows → the release's persons (module docstring). Made by ``release.ByPerson(person, ...)``.
+
+    ``person``: the column identifying a person (the privacy unit). ``keys``: partition columns
+    and their types (``"string"``, ``"int"``, ``"bool"``). ``values``: numeric columns (read as
+    float64). ``person_type``: ``"string"`` or ``"int"`` — ids of the other type are dead
+    letters, never converted (so ``1`` and ``"1"`` are never silently one person).
+    ``num_shards``: person shards of the one shuffle (default 8; never changes released values).
+
+    Output: a PCollection of clean tables; its ``dead_letter`` attribute is a PCollection of
+    ``{"reason", "file", "row"}`` dicts — raw private rows, for the operator only.
+    """
+
+    def __init__(
+        self,
+        release: Release,
+        person: str,
+        *,
+        keys: Mapping[str, str],
+        values: Sequence[str],
+        person_type: str = "string",
+        num_shards: int | None = None,
+        schema: InputSchema | None = None,
+    ) -> None:
+        super().__init__()
+        from userdp.pipelines.input_files import InputSchema  # noqa: PLC0415
+
+        if schema is None:  # the library: types as declared by the caller
+            _check_declaration(person, keys, values, person_type)
+            schema = InputSchema(
+                "beam",
+                (),
+                person,
+                person_type,
+                tuple((k, _KEY_TYPES[t]) for k, t in keys.items()),
+                tuple(values),
+            )
+        if num_shards is not None and (not isinstance(num_shards, int) or num_shards < 1):
+            raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
+        self._release, self._schema = release, schema
+        self._num_shards = num_shards or DEFAULT_SHARDS
+        self._raw = schema.fmt != "beam"  # the job file's reader: raw tables already
+
+    def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        self._release._bind(rows.pipeline)
+        s = self._schema
+        tables = rows if self._raw else rows | "ToTables" >> beam.ParDo(_ToRawTables(s))
+        validated = tables | "Validate" >> ValidateRows(
+            s.person, s.person_type, dict(s.keys), list(s.numbers)
+        )
+        clean = validated.clean  # pa.Table: __person__ (string), keys, numbers (float64)
+        bounding_key = self._release._query_keys().subkey("bounding")
+        n = self._num_shards
+
+        def shards() -> PCollection[Any]:
+            out: PCollection[Any] = clean | "ShardByPerson" >> ShardByPerson(n, bounding_key)
+            return out
+
+        setattr(clean, PEOPLE_ATTRIBUTE, People(self._release, s, n, shards))
+        clean.dead_letter = validated.dead_letter
+        result: PCollection[Any] = clean
+        return result
+
+
+def _check_declaration(
+    person: str, keys: Mapping[str, str], values: Sequence[str], person_type: str
+) -> None:
+    if not isinstance(person, str) or not person:
+        raise TypeError(f"ByPerson: person must be a column name, got {person!r}")
+    if person_type not in ("string", "int"):
+        raise ValueError(f"ByPerson: person_type must be 'string' or 'int', got {person_type!r}")
+    if not isinstance(keys, Mapping):
+        raise TypeError("ByPerson: keys must map column → type, e.g. {'domain': 'string'}")
+    for name, t in keys.items():
+        if t not in _KEY_TYPES:
+            raise ValueError(
+                f"ByPerson: key column {name!r} has type {t!r}; key types are "
+                f"{sorted(_KEY_TYPES)} (numeric values go in values=[...])"
+            )
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"ByPerson: values must be a list of column names, got {values!r}")
+    roles = [person, *keys, *values]
+    twice = sorted({c for c in roles if roles.count(c) > 1})
+    if twice:
+        raise ValueError(f"ByPerson: columns {twice} are declared in two roles")

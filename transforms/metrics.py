@@ -1,0 +1,345 @@
+"""The metric transforms: sealed composites from a release's persons to released ``beam.Row``\\ s.
+
+Each takes the job file's query keys as keyword arguments, with the same names and rules
+(``by``, ``max_partitions_per_person``, ``bounds``, ``method``, ``epsilon`` …), because it is
+parsed by the same parser (:func:`userdp.pipelines.config.parse_query_table`) and planned by the
+same planner (:func:`userdp.pipelines.plan.plan_query`): nobody calibrates a mechanism or states a
+sensitivity by hand, and the CLI and the library cannot disagree — ``userdp run`` builds its
+pipeline through :class:`PlannedQuery`, the step every metric transform ends in.
+
+When applied (pipeline construction), a metric transform checks its input came from
+``release.ByPerson``, that its columns were declared there in the right role, books its share
+with the release (a reused name or an overspend fails here), and adds its steps. Its output is a
+PCollection of ``beam.Row`` with the ``by`` columns, then the released columns (``value``,
+``stddev`` for the bounded aggregates; each kind's own otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import apache_beam as beam
+from apache_beam.pvalue import Row
+
+from .aggregate import BoundAndAggregate
+from .by_person import People, people_of
+from .noisy_combine import ReleaseNoisily
+from .release import ReleaseError
+
+if TYPE_CHECKING:
+    from apache_beam.pvalue import PCollection
+
+    from userdp.pipelines.config_model import QueryConfig
+    from userdp.pipelines.kinds.base import KindPlan
+    from userdp.pipelines.plan import QueryPlan
+
+    from .release import Release
+
+AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
+PUBLIC_PARTITIONS = "public (listed in the transform)"  # `partitions` of a library query
+
+
+def query_columns(q: QueryConfig) -> dict[str, str]:
+    """Column → role ("key" or "number") the query reads (its kind's, or by/value)."""
+    from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
+
+    kind = kind_of(q)
+    if kind is not None:
+        return kind.required_columns(q)
+    out = dict.fromkeys(q.by, "key")
+    if q.value is not None:
+        out[q.value] = "number"
+    return out
+
+
+def output_columns(plan: QueryPlan | KindPlan) -> tuple[tuple[str, str], ...]:
+    """(name, type) of the released columns after the ``by`` columns."""
+    from userdp.pipelines.plan import QueryPlan  # noqa: PLC0415
+
+    return AGGREGATE_COLUMNS if isinstance(plan, QueryPlan) else plan.output_columns
+
+
+def _check_columns(q: QueryConfig, people: People, label: str) -> None:
+    keys, numbers = dict(people.schema.keys), set(people.schema.numbers)
+    for column, role in query_columns(q).items():
+        declared = "keys" if column in keys else "values" if column in numbers else None
+        wanted = "keys" if role == "key" else "values"
+        if declared != wanted:
+            where = f"it is in {declared}" if declared else "it was not declared"
+            raise ValueError(
+                f"{label} reads column {column!r} as a {role}, but {where}: declare it in "
+                f"release.ByPerson(..., {wanted}=...) (types are declared, never guessed)"
+            )
+
+
+def _to_row(element: dict[str, Any], order: tuple[str, ...]) -> Any:
+    return Row(**{c: element[c] for c in order})
+
+
+class PlannedQuery(beam.PTransform[Any, Any]):
+    """A planned query on a release's persons → released rows. The one path of every metric.
+
+    ``plan`` comes from :func:`userdp.pipelines.plan.plan_query` (the job file plans all its
+    queries first; a metric transform plans itself from its share). Books the plan's share with
+    the release, then adds the query's steps: bound and aggregate then the noisy combine for the
+    bounded aggregates, the kind's own steps for the others. Not a public name: a plan made by
+    hand could claim a share that does not match its noise.
+    """
+
+    def __init__(self, query: QueryConfig, plan: QueryPlan | KindPlan, label: str) -> None:
+        super().__init__()
+        self._query, self._plan, self._what = query, plan, label
+
+    def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
+        from userdp.pipelines.kinds.base import BuildContext  # noqa: PLC0415
+        from userdp.pipelines.plan import QueryPlan  # noqa: PLC0415
+        from userdp.pipelines.public_keys import typed_public_keys  # noqa: PLC0415
+
+        people = people_of(rows, self._what)
+        release, q, plan = people.release, self._query, self._plan
+        _check_columns(q, people, self._what)
+        release._bind(rows.pipeline)
+        selection_delta = getattr(plan, "selection_delta", Fraction(0))
+        release._register(q.name, plan, selection_delta)
+        keys, noise = release._query_keys(), release._noise
+        if isinstance(plan, QueryPlan):
+            params = plan.params
+            if params.public_partitions is not None:
+                typed = typed_public_keys(
+                    params.public_partitions, params.bounding.by, people.schema
+                )
+                params = dataclasses.replace(params, public_partitions=typed)
+            bounding_key = keys.subkey("bounding")
+            released = (
+                people.shards()
+                | "BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
+                | "Release" >> ReleaseNoisily(params, keys, noise=noise)
+            )
+        else:
+            kind = kind_of(q)
+            assert kind is not None  # a plan that is not a QueryPlan comes from a kind
+            ctx = BuildContext(people.schema, keys, noise, people.num_shards, people.shards)
+            released = kind.expand(rows, plan, ctx)
+        order = (*q.by, *(c for c, _ in output_columns(plan)))
+        out: PCollection[Any] = released | "ToRows" >> beam.Map(_to_row, order)
+        return out
+
+
+class _Metric(beam.PTransform[Any, Any]):
+    """A metric transform: the job file's query keys as keyword arguments (module docstring).
+
+    ``name``: the output's name and the noise streams' label; by default the transform's label
+    (``"visits" >> Count(...)``). ``public_partitions``: a list of keys (a value per key for one
+    ``by`` column, a tuple for several) to release exactly, instead of private partition
+    selection. The share of the release's budget is ``epsilon`` (+ ``delta``) or ``rho``
+    (+ ``delta``), of the release total's kind.
+    """
+
+    metric: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        public_partitions: Iterable[Any] | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__()
+        if "metric" in params or ("partitions" in params and public_partitions is not None):
+            raise TypeError(f"{type(self).__name__}: metric and partitions are set by the class")
+        self._name, self._params = name, params
+        self._release: Release | None = None
+        self._public = None if public_partitions is None else _key_tuples(public_partitions)
+
+    def _label_name(self) -> str:
+        name = self._name or self._user_label
+        if not name:
+            raise ValueError(
+                f"{type(self).__name__} needs a name: 'visits' >> {type(self).__name__}(...) "
+                "or name='visits' (it names the output and the query's noise streams)"
+            )
+        return str(name)
+
+    def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
+
+        what = type(self).__name__
+        people = people_of(rows, what)
+        self._bind_release(people.release)
+        name = self._label_name()
+        label = f"{what}({name!r})"
+        people.release._check_name(name)  # before planning: the clearer error first
+        raw: dict[str, Any] = {"name": name, "metric": self.metric, **self._params}
+        if self._public is not None:
+            raw["partitions"] = PUBLIC_PARTITIONS
+        q = parse_query_table(raw, people.release.budget.config, key=label)
+        plan = _plan(q, people, label, self._public)
+        out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
+        return out
+
+    def _bind_release(self, release: Release) -> None:
+        if self._release is None:
+            self._release = release
+        elif self._release is not release:
+            raise ReleaseError(
+                f"this {type(self).__name__} was already applied to another release's persons: "
+                "a transform belongs to one release; create a new transform for each release"
+            )
+
+
+def _key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
+    out = tuple(k if isinstance(k, tuple) else (k,) for k in keys)
+    if not out:
+        raise ValueError("public_partitions is empty: list the keys to release")
+    return tuple(dict.fromkeys(out))
+
+
+def _plan(
+    q: QueryConfig, people: People, label: str, public: tuple[tuple[Any, ...], ...] | None
+) -> QueryPlan | KindPlan:
+    """The query's plan from its explicit share (the library has no "rest, evenly")."""
+    from userdp.pipelines.kinds.base import PlanContext  # noqa: PLC0415
+    from userdp.pipelines.plan import explicit_share, plan_query, spends_delta  # noqa: PLC0415
+
+    release = people.release
+    share = explicit_share(q, release.budget.guarantee())
+    if share is None:
+        kind = "rho=..." if release.budget.config.rho is not None else "epsilon=..."
+        raise ReleaseError(
+            f"{label} has no share of the release's budget {release.budget!r}: pass {kind} "
+            "(each transform states its share when it is applied; see userdp.transforms.release)"
+        )
+    zcdp = release.budget.config.rho is not None
+    sel_delta = Fraction(q.delta or 0) if zcdp and spends_delta(q) else Fraction(0)
+    keys = public or ()
+    ctx = PlanContext(label, "", people.schema.person, share, sel_delta, lambda: keys)
+    return plan_query(q, ctx)
+
+
+# --- the metrics (docs: README "Metrics"; each kind's module states its guarantee and proof) ---
+
+
+class Count(_Metric):
+    """Rows per partition, each person bounded to ``max_partitions_per_person`` partitions and
+    ``max_rows_per_partition`` rows in each (or ``bound = "auto"``: a privately chosen clamp).
+    Laplace (pure ε) or Gaussian (ρ-zCDP) noise on the bounded count; private partitions add
+    (ε, δ) selection. Add/remove one person. Proof: docs/release-job-contracts.md."""
+
+    metric = "count"
+
+
+class Persons(_Metric):
+    """Distinct persons per partition (each counted once in up to ``max_partitions_per_person``
+    partitions). Guarantee as :class:`Count`."""
+
+    metric = "persons"
+
+
+class Sum(_Metric):
+    """Sum of ``value`` clamped to ``bounds`` per partition (or ``bound = "auto"``). Guarantee as
+    :class:`Count`, sensitivity from the bounds."""
+
+    metric = "sum"
+
+
+class Mean(_Metric):
+    """Mean of ``value`` clamped to ``bounds``: a noisy centred sum over a noisy row count, the
+    budget split evenly between them. Guarantee as :class:`Count`."""
+
+    metric = "mean"
+
+
+class Median(_Metric):
+    """Median of per-person values (``method``: smooth sensitivity, or the shifted inverse
+    mechanism). Guarantee per method: docs/local_sensitivity.md, docs/shifted_inverse.md."""
+
+    metric = "median"
+
+
+class Quantile(_Metric):
+    """The ``q``-quantile of per-person values; methods as :class:`Median`, each with its
+    guarantee in docs/local_sensitivity.md and docs/shifted_inverse.md."""
+
+    metric = "quantile"
+
+
+class Total(_Metric):
+    """Sum of per-person totals without a contribution bound: the shifted inverse mechanism
+    (pure ε, add/remove one person; docs/shifted_inverse.md)."""
+
+    metric = "total"
+
+
+class Max(_Metric):
+    """Largest per-person value, by the shifted inverse mechanism (pure ε;
+    docs/shifted_inverse.md)."""
+
+    metric = "max"
+
+
+class Distinct(_Metric):
+    """Distinct values of ``value``, by the shifted inverse mechanism on the exact LP floors
+    (pure ε; docs/shifted_inverse.md §4)."""
+
+    metric = "distinct"
+
+
+class PtrMean(_Metric):
+    """Mean of per-person values by propose-test-release ((ε, δ); docs/local_sensitivity.md)."""
+
+    metric = "ptr_mean"
+
+
+class PtrMedian(_Metric):
+    """Median by propose-test-release ((ε, δ); docs/local_sensitivity.md)."""
+
+    metric = "ptr_median"
+
+
+class TopPartition(_Metric):
+    """The partition with the most persons, by stability-based release ((ε, δ);
+    docs/local_sensitivity.md)."""
+
+    metric = "top_partition"
+
+
+class SampleAggregate(_Metric):
+    """Any Python function on person chunks, privately aggregated (sample-and-aggregate; pure ε
+    or as its aggregator states; docs/sample_aggregate.md). ``function``: a callable that pickles
+    (checked when the transform is made) or an import path ``"module:function"``."""
+
+    metric = "sample_aggregate"
+
+    def __init__(self, *, function: Any, **params: Any) -> None:
+        super().__init__(function=_function_reference(function), **params)
+
+
+def _function_reference(function: Any) -> Any:
+    """An importable module-level function → its import path (as in a job file, so the CLI and
+    the library plan the same query); another callable must pickle, checked now."""
+    if not callable(function):
+        return function  # a path: the parser checks it
+    module, qualname = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
+    if module and module != "__main__" and "<" not in qualname:
+        import importlib  # noqa: PLC0415
+
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if obj is function:
+            return f"{module}:{qualname}"
+    from apache_beam.internal import pickler  # noqa: PLC0415
+
+    try:
+        pickler.loads(pickler.dumps(function))
+    except Exception as e:
+        raise TypeError(
+            f"SampleAggregate: function {function!r} cannot be pickled ({type(e).__name__}), so "
+            "it cannot be sent to the workers; define it at module level or drop what it "
+            "captures (open files, locks, clients)"
+        ) from e
+    return function
