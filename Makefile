@@ -10,10 +10,11 @@ USERDP := .venv/bin/userdp
 STAMP := .venv/.installed.stamp
 endif
 
-.PHONY: help setup test audit fuzz lint typecheck check bench demo clean
+.PHONY: help setup test test-all audit fuzz lint typecheck check bench demo clean
 
 help:
-	@echo "make test      - set up (if needed) and run the default test suite"
+	@echo "make test      - set up (if needed) and run the fast test tier (no end-to-end jobs)"
+	@echo "make test-all  - every default test, end-to-end jobs included (what CI runs)"
 	@echo "make audit     - privacy audits with 10^6 samples per side (slow)"
 	@echo "make fuzz      - the full malformed-input corpus: hundreds of runs (slow)"
 	@echo "make check     - ruff lint + format check + mypy"
@@ -30,7 +31,12 @@ endif
 
 setup: $(STAMP)
 
+# Two tiers: `test` leaves out the tests marked e2e (whole jobs and pipelines); `test-all` runs
+# everything but the long audits and the full fuzz corpus (pyproject's addopts).
 test: $(STAMP)
+	$(PY) -m pytest -q -m 'not slow_audit and not slow_fuzz and not e2e'
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 audit: $(STAMP)

@@ -14,6 +14,8 @@ import pytest
 from tests.pipelines.test_config import EXAMPLE
 from userdp.pipelines.cli import COMMANDS, main
 
+pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+
 ROOT = EXAMPLE.parents[1]
 
 

@@ -13,6 +13,8 @@ import pytest
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
 
+pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+
 WEEKS = ("2025-W01", "2025-W02", "2025-W03")
 
 JOB = """

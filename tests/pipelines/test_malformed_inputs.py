@@ -42,6 +42,8 @@ from userdp.pipelines.config import load_job
 from userdp.pipelines.job import run_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
+pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+
 KEY = ReleaseKey(bytes(range(32)))
 TRACEBACK = "Traceback (most recent call last)"
 DEADLINE_S = 300  # an in-process run that takes longer is a hang

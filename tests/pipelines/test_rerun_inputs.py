@@ -26,6 +26,8 @@ FUNCTION_MODULE = "userdp_rerun_fns"
 FUNCTION_SOURCE = """
 import numpy as np
 
+pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+
 
 def mean_duration(table):
     return float(np.mean(np.asarray(table.column("duration_s").to_numpy(), dtype=float)))
