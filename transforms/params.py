@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
@@ -132,3 +133,39 @@ class ReleaseParams:
             raise ValueError(
                 f"query {self.name!r}: a selection rule is only for private partitions"
             )
+        self._check_calibration()
+
+    def _check_calibration(self) -> None:
+        """Refuse noise calibrated to less than the bounds imply (add/remove one person).
+
+        One person changes at most L partitions, each statistic by at most ``per_partition``:
+        C rows (count), 1 (persons), C·max(|lo|, |hi|) (sum), C·(hi − lo)/2 for the centred sum of
+        a mean and C for its row count. So the L1 sensitivity is at least L·per_partition and the
+        L2 at least √L·per_partition. The planner adds a rounding margin on top; a mechanism
+        below these floors (a hand-made plan) would not be private, whatever else holds.
+        """
+        b = self.bounding
+        L, C = b.max_partitions_per_person, b.max_rows_per_partition
+        lo, hi = Fraction(b.lower), Fraction(b.upper)
+        by_metric: dict[str, list[tuple[NoiseMechanism | None, Fraction]]] = {
+            "count": [(self.noise, Fraction(C))],
+            "persons": [(self.noise, Fraction(1))],
+            "sum": [(self.noise, C * max(abs(lo), abs(hi)))],
+            "mean": [(self.noise, C * (hi - lo) / 2), (self.count_noise, Fraction(C))],
+        }
+        for mechanism, per_partition in by_metric[self.metric]:
+            if isinstance(mechanism, LaplaceMechanism):
+                low = Fraction(mechanism.l1_sensitivity) < L * per_partition
+                stated, needed = mechanism.l1_sensitivity, f"L1 ≥ {float(L * per_partition)}"
+            elif isinstance(mechanism, GaussianMechanism):
+                low = Fraction(mechanism.l2_sensitivity) ** 2 < L * per_partition**2
+                stated = mechanism.l2_sensitivity
+                needed = f"L2 ≥ {math.sqrt(L) * float(per_partition)}"
+            else:
+                continue
+            if low:
+                raise ValueError(
+                    f"query {self.name!r}: noise calibrated to sensitivity {stated}, below what "
+                    f"its bounds imply for {self.metric} (L = {L}, C = {C}: {needed}); plan "
+                    "queries with userdp.pipelines.plan.plan_query, which derives it"
+                )

@@ -152,3 +152,24 @@ def test_same_key_same_outputs_different_key_different_noise() -> None:
 def test_rejects_a_raw_secret() -> None:
     with pytest.raises(TypeError, match="keys must be a ReleaseKey or ReleaseKeys, got bytes"):
         ReleaseNoisily(release_params("count"), bytes(32))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("metric", "noise", "needed"),
+    [
+        ("count", LaplaceMechanism(1.5, 1.0), "L1 ≥ 2.0"),  # C = 2 rows
+        ("persons", GaussianMechanism(0.5, 0.5), "L2 ≥ 1.0"),
+        ("sum", LaplaceMechanism(600.0, 1.0), "L1 ≥ 1200.0"),  # C · max(|lo|, |hi|)
+        ("mean", LaplaceMechanism(599.0, 1.0), "L1 ≥ 600.0"),  # C · (hi − lo) / 2
+    ],
+)
+def test_noise_below_the_sensitivity_the_bounds_imply_is_refused(
+    metric: str, noise: Any, needed: str
+) -> None:
+    kw: dict[str, Any] = {"public_partitions": (("a.com",),)}
+    if metric == "mean":
+        kw["count_noise"] = LaplaceMechanism(2, 1.0)
+    with pytest.raises(ValueError, match=f"calibrated to sensitivity .*{needed}.*plan_query"):
+        ReleaseParams("q", metric, BOUNDS, noise, **kw)  # type: ignore[arg-type]
+    kw_ok = dict(kw)
+    release_params(metric, **kw_ok)  # the calibrated control is accepted
