@@ -232,10 +232,10 @@ def test_userdp_plan_reports_a_bad_function_without_reading_data(
 def test_planning_checks_the_function_without_loading_beam() -> None:
     code = (
         "import sys\n"
-        "from pipelines import kinds\n"
+        "from userdp.pipelines import kinds\n"
         f"kinds.METRIC_KINDS['sample_aggregate'] = {SAA!r}\n"
-        "from pipelines.config import load_job\n"
-        "from pipelines.plan import plan_release\n"
+        "from userdp.pipelines.config import load_job\n"
+        "from userdp.pipelines.plan import plan_release\n"
         f"plan_release(load_job({str(EXAMPLE)!r}))\n"
         "print(any(m.startswith('apache_beam') for m in sys.modules),\n"
         "      'userdp.pipelines.example_functions' in sys.modules)\n"
@@ -302,8 +302,8 @@ def test_plan_lines_and_manifest_record_k_range_aggregator_and_guarantee(tmp_pat
     assert mean_scale == pytest.approx(10 / 8 / 0.5, rel=1e-6)
     assert (
         "slope: share ε=0.5\n"
-        "  sample-and-aggregate of pipelines.example_functions:duration_vs_hour_slope on k = 8 "
-        "person chunks (keyed hash of the person id)\n"
+        "  sample-and-aggregate of userdp.pipelines.example_functions:duration_vs_hour_slope "
+        "on k = 8 person chunks (keyed hash of the person id)\n"
         "  chunk: Arrow table of __person__, timestamp, duration_s; failing or empty chunk → "
         "[0.0] (midpoints)\n"
         f"  aggregate: mean of the answers clipped to [-5, 5] + Laplace scale {mean_scale:.4g} "
@@ -513,7 +513,7 @@ def test_userdp_run_end_to_end_with_a_failing_function(
     assert main(["plan", str(tmp_path / "job.toml")]) == 0
     printed = capsys.readouterr().out
     assert (
-        "sample-and-aggregate of pipelines.example_functions:visit_duration_p90 on k = 100"
+        "sample-and-aggregate of userdp.pipelines.example_functions:visit_duration_p90 on k = 100"
         in printed
     )
     assert main(["run", str(tmp_path / "job.toml")]) == 0

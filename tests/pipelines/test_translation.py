@@ -116,7 +116,8 @@ def check_portable_proto(proto: beam_runner_api_pb2.Pipeline, image: str) -> Non
     for q in QUERIES:
         steps = {f"{q}/BoundAndAggregate", f"{q}/Release", f"{q}/Collect", f"{q}/Write"}
         assert steps <= names, q
-    assert {"Read", "Validate", "ShardByPerson", "WriteDeadLetters"} <= names
+    assert {"Read", "ByPerson/Validate", "WriteDeadLetters"} <= names
+    assert len([n for n in names if n.endswith("/ShardByPerson")]) == 1  # one shuffle by person
 
 
 def _user_fns(t: beam_runner_api_pb2.PTransform) -> list[beam_runner_api_pb2.FunctionSpec]:
