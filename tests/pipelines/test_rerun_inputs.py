@@ -22,11 +22,11 @@ import userdp.pipelines.release_inputs
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
 
+pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+
 FUNCTION_MODULE = "userdp_rerun_fns"
 FUNCTION_SOURCE = """
 import numpy as np
-
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
 
 
 def mean_duration(table):
