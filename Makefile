@@ -31,10 +31,10 @@ endif
 
 setup: $(STAMP)
 
-# Two tiers: `test` leaves out the tests marked e2e (whole jobs and pipelines); `test-all` runs
+# Two tiers: `test` leaves out the tests marked slow (whole jobs, audits at 10^5 samples); `test-all` runs
 # everything but the long audits and the full fuzz corpus (pyproject's addopts).
 test: $(STAMP)
-	$(PY) -m pytest -q -m 'not slow_audit and not slow_fuzz and not e2e'
+	$(PY) -m pytest -q -m 'not slow_audit and not slow_fuzz and not slow'
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q

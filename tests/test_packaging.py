@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-pytestmark = pytest.mark.e2e  # builds a wheel (~10 s)
+pytestmark = pytest.mark.slow  # builds a wheel (~10 s)
 
 
 def test_the_wheel_installs_only_userdp(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ from userdp.transforms.mechanisms.rng import KeyedRng
 N_DEFAULT = 100_000
 N_SLOW = 1_000_000
 SIZES = [
-    pytest.param(N_DEFAULT, id="n=1e5"),
+    pytest.param(N_DEFAULT, id="n=1e5", marks=pytest.mark.slow),
     pytest.param(N_SLOW, id="n=1e6", marks=pytest.mark.slow_audit),
 ]
 # Expected ε_lb at each n (module docstring); a pass must reach expected − POWER_SLACK.

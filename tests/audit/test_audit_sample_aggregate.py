@@ -113,7 +113,7 @@ def test_the_neighbouring_pair_is_the_intended_one() -> None:
 @pytest.mark.parametrize(
     "n",
     [
-        pytest.param(N_DEFAULT, id="n=1e5"),
+        pytest.param(N_DEFAULT, id="n=1e5", marks=pytest.mark.slow),
         pytest.param(N_SLOW, id="n=1e6", marks=pytest.mark.slow_audit),
     ],
 )

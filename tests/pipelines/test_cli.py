@@ -14,7 +14,7 @@ import pytest
 from tests.pipelines.test_config import EXAMPLE
 from userdp.pipelines.cli import COMMANDS, main
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 ROOT = EXAMPLE.parents[1]
 

@@ -26,7 +26,7 @@ from userdp.transforms.metrics import output_columns
 
 from .test_hostile_person import SCHEMA, _base_rows, _queries
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 KEY = ReleaseKey(bytes(range(7, 39)))  # a fixed test secret
 SHARDS = 8

@@ -34,7 +34,7 @@ from userdp.pipelines.kinds import METRIC_KINDS, OPTION_KINDS
 from userdp.pipelines.kinds.quantile import METHODS
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 KEY = ReleaseKey(bytes(range(32)))
 DOMAINS = ["a.example", "b.example", "c.example", "d.example"]

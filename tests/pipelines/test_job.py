@@ -18,7 +18,7 @@ from userdp.pipelines.generate import generate
 from userdp.pipelines.job import run_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 KEY = ReleaseKey(bytes(range(32)))
 

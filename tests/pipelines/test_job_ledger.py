@@ -13,7 +13,7 @@ import pytest
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 WEEKS = ("2025-W01", "2025-W02", "2025-W03")
 

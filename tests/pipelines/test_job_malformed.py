@@ -45,7 +45,7 @@ from userdp.pipelines.config import load_job
 from userdp.pipelines.job import run_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 KEY = ReleaseKey(bytes(range(32)))
 SECRET = "SECRET-ID-5f1c9e"  # a raw private value that may reach the dead letters only

@@ -52,7 +52,7 @@ import pytest
 import userdp.transforms as dp
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 KEY = ReleaseKey(bytes(range(32)))  # fixed test secret (with noise off only bounding uses it)
 L, C = 2, 3

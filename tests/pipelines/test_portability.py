@@ -29,7 +29,7 @@ from userdp.pipelines.generate import SCHEMA, generate
 from userdp.pipelines.job import run_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 SECRET = bytes(range(100, 132))  # a fixed test secret, never a real release's
 KEY = ReleaseKey(SECRET)

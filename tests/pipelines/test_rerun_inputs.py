@@ -22,7 +22,7 @@ import userdp.pipelines.release_inputs
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 FUNCTION_MODULE = "userdp_rerun_fns"
 FUNCTION_SOURCE = """

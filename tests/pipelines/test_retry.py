@@ -67,7 +67,7 @@ STAGES: list[tuple[str, Any, str, str]] = [
 # Beam leaves the temporary file of a failed WriteToText attempt unclosed (the retry writes a new
 # one; finalisation deletes both): the warning when Python collects it, in any test, is Beam's.
 pytestmark = [
-    pytest.mark.e2e,  # whole jobs: `make test-all`
+    pytest.mark.slow,  # whole jobs: `make test-all`
     pytest.mark.filterwarnings(
         r"ignore:Exception ignored in. <_io.FileIO name=.*beam-temp-dead_letter"
         ":pytest.PytestUnraisableExceptionWarning"

@@ -29,7 +29,7 @@ from userdp.pipelines.sources import inspect_inputs
 from userdp.transforms.keys import FileQueryKey, ReleaseKeys, read_key_file
 from userdp.transforms.mechanisms.rng import QueryKey, derive_release_secret
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 NONCE = bytes(range(100, 132))
 

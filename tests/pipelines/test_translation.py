@@ -33,7 +33,7 @@ from userdp.pipelines.runners import pipeline_options, resolve, resolved_options
 
 from .test_portability import KEY, QUERIES, Dataset, make_dataset, write_job
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 IMAGE = "registry.example/userdp-worker:0.1.0"  # an SDK image with userdp installed
 FLINK = f'{{ flink_master = "flink-jm:8081", parallelism = 2, environment_config = "{IMAGE}" }}'

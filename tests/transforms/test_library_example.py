@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e  # whole jobs and pipelines: `make test-all`
+pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "library_pipeline.py"
 README = Path(__file__).parents[2] / "README.md"
