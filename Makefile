@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/shifted_inverse.py
 	$(PY) benchmarks/local_sensitivity.py
 	$(PY) benchmarks/sample_aggregate.py
+	$(PY) benchmarks/library.py  # PipelineDP row: add --pipelinedp-python PATH
 
 demo: $(STAMP)
 	$(USERDP) demo
