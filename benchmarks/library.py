@@ -207,17 +207,14 @@ def time_pipelinedp(python: str, data: str, warmup: str | None, repeat: int) -> 
 
 
 def ensure_data(people: int, directory: Path) -> tuple[str, int, float]:
-    """(path, rows, seconds spent generating — 0 if cached) of the logs for ``people`` persons."""
-    path = directory / f"logs-{people}p-seed{SEED}.parquet"
-    if path.exists():
-        return str(path), pq.ParquetFile(path).metadata.num_rows, 0.0
-    from userdp.pipelines.generate import generate  # noqa: PLC0415
+    """(path, rows, seconds generating) of the logs for ``people`` persons: throughput.py's cache.
 
-    start = time.perf_counter()
-    tmp = directory / (path.name + ".partial.parquet")
-    rows = generate(people, str(tmp), seed=SEED)
-    tmp.replace(path)
-    return str(path), rows, time.perf_counter() - start
+    Imported here, not at the top: the PipelineDP child runs this file in a virtualenv without
+    userdp, and ``throughput`` imports userdp. Same cache, so both benchmarks read one file.
+    """
+    from throughput import ensure_data as cached_logs  # noqa: PLC0415 (benchmarks/ is sys.path[0])
+
+    return cached_logs(people, directory)
 
 
 def ensure_warmup(data: str) -> str:

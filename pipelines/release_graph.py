@@ -86,6 +86,29 @@ def _write_query_output(
     return write_release(table, path_without_ext, fmt)
 
 
+class WriteQueryOutput(beam.PTransform):
+    """A query's released ``beam.Row``s → one file ``path_without_ext`` + the format's extension.
+
+    The rows are gathered on one worker and written by :func:`_write_query_output` (declared
+    schema, sorted rows); the output is the written path.
+    """
+
+    def __init__(
+        self, by: pa.Schema, columns: Sequence[tuple[str, str]], path_without_ext: str, fmt: str
+    ) -> None:
+        super().__init__()
+        self._by, self._columns, self._path, self._fmt = by, list(columns), path_without_ext, fmt
+
+    def expand(self, released: beam.PCollection) -> beam.PCollection:
+        return (
+            released
+            | "AsDicts" >> beam.Map(lambda row: row.as_dict())
+            | "Collect" >> combiners.ToList()
+            | "Write"
+            >> beam.Map(_write_query_output, self._by, self._columns, self._path, self._fmt)
+        )
+
+
 def build_pipeline(
     pipeline: beam.Pipeline,
     job: JobConfig,
@@ -122,19 +145,9 @@ def build_pipeline(
     for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
         released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]")
         columns = output_columns(planned)
-        _ = (
-            released
-            | f"{q.name}/AsDicts" >> beam.Map(lambda row: row.as_dict())
-            | f"{q.name}/Collect" >> combiners.ToList()
-            | f"{q.name}/Write"
-            >> beam.Map(
-                _write_query_output,
-                pa.schema([pa.field(c, key_types[c]) for c in q.by]),
-                columns,
-                FileSystems.join(out_dir, q.name),
-                job.output.format,
-            )
-        )
+        by = pa.schema([pa.field(c, key_types[c]) for c in q.by])
+        path = FileSystems.join(out_dir, q.name)
+        _ = released | f"{q.name}/Write" >> WriteQueryOutput(by, columns, path, job.output.format)
 
 
 def _budget(job: JobConfig) -> Budget:

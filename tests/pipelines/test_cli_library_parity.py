@@ -12,14 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms import combiners
 
 import userdp.transforms as dp
 from userdp.pipelines.config import parse_job
 from userdp.pipelines.config_fields import ConfigError
 from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds import METRIC_KINDS
-from userdp.pipelines.release_graph import _write_query_output
+from userdp.pipelines.release_graph import WriteQueryOutput
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import resolve_function
 from userdp.transforms.metrics import output_columns
@@ -87,18 +86,9 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
             released = people | q.name >> TRANSFORMS[q.metric](**params)
             planned = release._state.queries[q.name].plan
             by = pa.schema([pa.field(c, pa.string()) for c in q.by])
-            _ = (
-                released
-                | f"{q.name}/dicts" >> beam.Map(lambda r: r.as_dict())
-                | f"{q.name}/list" >> combiners.ToList()
-                | f"{q.name}/write"
-                >> beam.Map(
-                    _write_query_output,
-                    by,
-                    output_columns(planned),
-                    FileSystems.join(str(lib_dir), q.name),
-                    "parquet",
-                )
+            path = FileSystems.join(str(lib_dir), q.name)
+            _ = released | f"{q.name}/write" >> WriteQueryOutput(
+                by, output_columns(planned), path, "parquet"
             )
 
     assert release.manifest()["queries"] == cli_manifest["queries"]
