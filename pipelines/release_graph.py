@@ -15,6 +15,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
 from userdp.transforms.by_person import ByPerson
@@ -86,7 +87,7 @@ def _write_query_output(
     return write_release(table, path_without_ext, fmt)
 
 
-class WriteQueryOutput(beam.PTransform):
+class WriteQueryOutput(beam.PTransform[Any, Any]):
     """A query's released ``beam.Row``s → one file ``path_without_ext`` + the format's extension.
 
     The rows are gathered on one worker and written by :func:`_write_query_output` (declared
@@ -99,14 +100,15 @@ class WriteQueryOutput(beam.PTransform):
         super().__init__()
         self._by, self._columns, self._path, self._fmt = by, list(columns), path_without_ext, fmt
 
-    def expand(self, released: beam.PCollection) -> beam.PCollection:
-        return (
+    def expand(self, released: PCollection[Any]) -> PCollection[Any]:
+        written: PCollection[Any] = (
             released
             | "AsDicts" >> beam.Map(lambda row: row.as_dict())
             | "Collect" >> combiners.ToList()
             | "Write"
             >> beam.Map(_write_query_output, self._by, self._columns, self._path, self._fmt)
         )
+        return written
 
 
 def build_pipeline(

@@ -331,7 +331,7 @@ def test_gamma_type() -> None:
 
 @pytest.mark.parametrize("sigma", [0.0, -1.0])
 def test_sigma_must_be_positive(sigma: float) -> None:
-    with pytest.raises(ValueError, match=r"sigma must be a finite number > 0, got -?[01]\.0"):
+    with pytest.raises(ValueError, match=r"sigma must be finite and > 0, got -?[01]\.0"):
         ht.laplace_log_normal_noise(KeyedRng(TEST_SECRET), sigma)
 
 
@@ -342,9 +342,9 @@ def test_sigma_must_be_finite() -> None:
 
 @pytest.mark.parametrize("scale", [0.0, -1.0])
 def test_scale_must_be_positive(scale: float) -> None:
-    with pytest.raises(ValueError, match=r"scale must be a finite number > 0, got -?[01]\.0"):
+    with pytest.raises(ValueError, match=r"scale must be finite and > 0, got -?[01]\.0"):
         release(0.0, 1, 0.0, scale=scale)
-    with pytest.raises(ValueError, match=r"scale must be a finite number > 0"):
+    with pytest.raises(ValueError, match=r"scale must be finite and > 0"):
         ht.release_grid(scale)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, chisquare_pvalue
 from userdp.transforms.mechanisms import partition_selection as ps
-from userdp.transforms.mechanisms.discrete import Rational
+from userdp.transforms.mechanisms.checks import Rational
 from userdp.transforms.mechanisms.partition_selection import (
     Decision,
     GaussianThresholding,

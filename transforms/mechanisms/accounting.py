@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from .discrete import Rational, as_fraction
+from .checks import Rational, as_fraction
 
 ConversionMethod = Literal["cks", "bs16"]  # CKS 2020 Cor. 13 (tighter) or BS16 Prop. 1.3
 

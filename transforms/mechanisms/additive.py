@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .discrete import as_fraction, discrete_gaussian, discrete_laplace, discrete_laplace_std
+from .checks import positive
+from .discrete import discrete_gaussian, discrete_laplace, discrete_laplace_std
 from .rng import KeyedRng
 
 _RESOLUTION_BITS = 40
@@ -40,13 +41,6 @@ def granularity_exponent(scale: float) -> int:
     if mantissa == 0.5:  # scale is itself a power of two: 2^(exponent−1)
         k -= 1
     return k
-
-
-def _finite_positive(x: float | int | Fraction, name: str, hint: str) -> Fraction:
-    f = as_fraction(x, name)
-    if f <= 0:
-        raise ValueError(f"{name} must be positive, got {x!r}; {hint}")
-    return f
 
 
 def _round_to_grid(x: float | Fraction, k: int) -> int:
@@ -113,8 +107,8 @@ class LaplaceMechanism:
     _grid_scale: Fraction = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        delta = _finite_positive(self.l1_sensitivity, "l1_sensitivity", _PLAN_HINT)
-        eps = _finite_positive(self.epsilon, "epsilon", _BUDGET_HINT)
+        delta = positive(self.l1_sensitivity, "l1_sensitivity", _PLAN_HINT)
+        eps = positive(self.epsilon, "epsilon", _BUDGET_HINT)
         _check_dimension(self.dimension)
         k = granularity_exponent(float(delta / eps))
         g = Fraction(2) ** k
@@ -163,8 +157,8 @@ class GaussianMechanism:
     _grid_sigma2: Fraction = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        delta = _finite_positive(self.l2_sensitivity, "l2_sensitivity", _PLAN_HINT)
-        rho = _finite_positive(self.rho, "rho", _BUDGET_HINT)
+        delta = positive(self.l2_sensitivity, "l2_sensitivity", _PLAN_HINT)
+        rho = positive(self.rho, "rho", _BUDGET_HINT)
         _check_dimension(self.dimension)
         k = granularity_exponent(float(delta) / math.sqrt(2.0 * float(rho)))
         g = Fraction(2) ** k

@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from .accounting import PureDP
-from .discrete import Rational, as_fraction
+from .checks import Rational, as_fraction
 from .exponential import sample_exp_weights
 from .rng import KeyedRng
 

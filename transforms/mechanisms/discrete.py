@@ -21,26 +21,11 @@ import math
 from fractions import Fraction
 from math import isqrt
 
+from .checks import Rational, as_fraction, positive
 from .rng import KeyedRng
 
-Rational = int | Fraction | float
 
-
-def as_fraction(x: Rational, name: str) -> Fraction:
-    """``x`` as an exact Fraction; refuses NaN, infinities and booleans, naming the parameter."""
-    if isinstance(x, bool):
-        raise TypeError(f"{name} must be a number, got bool {x!r}")
-    if isinstance(x, float) and not math.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {x!r}")
-    if not isinstance(x, (int, Fraction, float)):
-        raise TypeError(f"{name} must be int, Fraction or float, got {type(x).__name__}")
-    return Fraction(x)
-
-
-def _positive_ratio(x: Rational, name: str) -> tuple[int, int]:
-    f = as_fraction(x, name)
-    if f <= 0:
-        raise ValueError(f"{name} must be positive, got {x!r}")
+def _ratio(f: Fraction) -> tuple[int, int]:
     return f.numerator, f.denominator
 
 
@@ -105,7 +90,7 @@ def geometric_exp(rng: KeyedRng, rate: Rational) -> int:
     This is the number of failures before the first success with success probability 1 − e^−r,
     parameterised by the rate r > 0 so that it stays exact (CKS Algorithm 2's inner loop).
     """
-    s, t = _positive_ratio(rate, "rate")
+    s, t = _ratio(positive(rate, "rate"))
     return _geometric_exp(rng, s, t)
 
 
@@ -116,7 +101,7 @@ def discrete_laplace(rng: KeyedRng, scale: Rational) -> int:
     Fact 1; the discrete analogue of Dwork–McSherry–Nissim–Smith 2006, seed
     ``calibrating-noise-dmns06.txt``).
     """
-    t, s = _positive_ratio(scale, "scale")  # scale = t/s, so the rate is s/t
+    t, s = _ratio(positive(scale, "scale"))  # scale = t/s, so the rate is s/t
     randbits = rng.randbits
     while True:
         y = _geometric_exp(rng, s, t)
@@ -142,7 +127,7 @@ def discrete_gaussian(rng: KeyedRng, sigma2: Rational) -> int:
     exp(−(|Y| − σ²/t)² / (2σ²)). Adding it to an integer statistic of L2 sensitivity Δ is
     (Δ²/(2σ²))-zCDP (CKS 2020, Theorem 4), exactly as for the continuous Gaussian.
     """
-    n, d = _positive_ratio(sigma2, "sigma2")
+    n, d = _ratio(positive(sigma2, "sigma2"))
     t = isqrt(n // d) + 1  # ⌊√(n/d)⌋ = isqrt(⌊n/d⌋)
     two_t2_nd = 2 * t * t * n * d
     randbits = rng.randbits

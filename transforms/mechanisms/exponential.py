@@ -28,7 +28,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decima
 from fractions import Fraction
 from functools import lru_cache
 
-from .discrete import as_fraction
+from .checks import as_fraction
 from .rng import KeyedRng
 
 _START_DIGITS = 30

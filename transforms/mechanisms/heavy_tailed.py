@@ -50,10 +50,10 @@ Residual floating-point risk — these samplers are **not** exact, unlike :mod:`
 from __future__ import annotations
 
 import math
-import numbers
 from statistics import NormalDist
 from typing import NamedTuple
 
+from .checks import finite_real, positive_real
 from .rng import KeyedRng
 
 GRID_BITS = 30
@@ -71,19 +71,6 @@ class LogNoise(NamedTuple):
 
     sign: int
     log_abs: float
-
-
-def _real(x: object, name: str) -> float:
-    """``x`` as a finite float; refuses booleans, non-numbers, NaN and ±∞, naming the parameter."""
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    try:
-        f = float(x)
-    except OverflowError:
-        f = math.inf
-    if not math.isfinite(f):
-        raise ValueError(f"{name} must be finite, got {x!r}")
-    return f
 
 
 def _fine_uniform(rng: KeyedRng) -> tuple[int, float]:
@@ -122,20 +109,13 @@ def exponential_noise(rng: KeyedRng) -> float:
 
 
 def _check_gamma(gamma: float) -> float:
-    g = _real(gamma, "gamma")
+    g = finite_real(gamma, "gamma")
     if not g > 1.0:
         raise ValueError(
             f"gamma must be a finite number > 1, got {gamma!r}: the density 1/(1+|z|^gamma) "
             "is not integrable for gamma <= 1 (larger gamma gives lighter tails)."
         )
     return g
-
-
-def _check_positive(x: float, name: str) -> float:
-    f = _real(x, name)
-    if not f > 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
-    return f
 
 
 def cauchy_type_noise(rng: KeyedRng, gamma: float) -> LogNoise:
@@ -174,7 +154,7 @@ def laplace_log_normal_noise(rng: KeyedRng, sigma: float) -> LogNoise:
     sign; Φ^−1 is ``statistics.NormalDist().inv_cdf`` (Wichura's AS241, ~1e−16 relative).
     Used with smooth sensitivity for ½ε²-zCDP (Bun–Steinke 2019; module docstring).
     """
-    s = _check_positive(sigma, "sigma")
+    s = positive_real(sigma, "sigma")
     e = exponential_noise(rng)
     k, v = _fine_uniform(rng)
     y = _STD_NORMAL.inv_cdf(math.ldexp(v, -k - 1))  # W = 2^−(K+1)·V, Y ≤ 0
@@ -211,7 +191,7 @@ def release_grid(scale: float) -> float:
 
     Rounding to g moves a release by at most scale·2^−31, far below the noise.
     """
-    return math.ldexp(1.0, _grid_exponent(_check_positive(scale, "scale")))
+    return math.ldexp(1.0, _grid_exponent(positive_real(scale, "scale")))
 
 
 def _snap(x: float, grid_exp: int) -> float:
@@ -261,12 +241,12 @@ def release_heavy_tailed(
         log|z| = −∞ means z = 0 and +∞ sends the result to the bound.
       lower, upper: the declared output range, finite, lower < upper.
     """
-    v = _real(value, "value")
-    lo = _real(lower, "lower")
-    hi = _real(upper, "upper")
+    v = finite_real(value, "value")
+    lo = finite_real(lower, "lower")
+    hi = finite_real(upper, "upper")
     if not lo < hi:
         raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
-    s = _check_positive(scale, "scale")
+    s = positive_real(scale, "scale")
     sign, log_abs = noise
     if isinstance(sign, bool) or sign not in (1, -1):
         raise ValueError(f"noise sign must be +1 or -1, got {sign!r}")

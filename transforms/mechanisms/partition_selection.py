@@ -32,9 +32,8 @@ from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 from typing import NamedTuple
 
+from .checks import Rational, as_fraction, positive
 from .discrete import (
-    Rational,
-    as_fraction,
     bernoulli_rational,
     discrete_gaussian,
     discrete_laplace,
@@ -51,13 +50,6 @@ class Decision(NamedTuple):
 
     keep: bool
     noisy_count: int
-
-
-def _positive(x: Rational, name: str, hint: str) -> Fraction:
-    f = as_fraction(x, name)
-    if f <= 0:
-        raise ValueError(f"{name} must be positive, got {x!r}; {hint}")
-    return f
 
 
 def _delta(x: Rational) -> Fraction:
@@ -132,7 +124,7 @@ def discrete_laplace_tail(scale: Rational, k: int, *, prec: int = 60) -> Decimal
     P(Z ≥ k) = (1 − q)/(1 + q)·q^k/(1 − q) = q^k/(1 + q); for k ≤ 0, by symmetry,
     P(Z ≥ k) = 1 − P(Z ≥ 1 − k) = 1 − q^(1−k)/(1 + q).
     """
-    rate = 1 / _positive(scale, "scale", "the noise scale is L/ε")
+    rate = 1 / positive(scale, "scale", "the noise scale is L/ε")
     with localcontext() as ctx:
         ctx.prec = prec
         r = _dec(rate)
@@ -220,7 +212,7 @@ class LaplaceThresholding:
     half_keep_count: int
 
     def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
-        eps = _positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
+        eps = positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
         d, L = _delta(delta), _max_partitions(max_partitions_per_person)
         scale = Fraction(L) / eps
         for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
@@ -280,7 +272,7 @@ class GaussianThresholding:
     half_keep_count: int
 
     def __init__(self, rho: Rational, delta: Rational, max_partitions_per_person: int) -> None:
-        r = _positive(rho, "rho", "split the budget so that selection gets ρ > 0")
+        r = positive(rho, "rho", "split the budget so that selection gets ρ > 0")
         d, L = _delta(delta), _max_partitions(max_partitions_per_person)
         for name, value in (("rho", r), ("delta", d), ("max_partitions_per_person", L)):
             object.__setattr__(self, name, value)
@@ -383,7 +375,7 @@ class TruncatedGeometricSelection:
     half_keep_count: int
 
     def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
-        eps = _positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
+        eps = positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
         d, L = _delta(delta), _max_partitions(max_partitions_per_person)
         for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
             object.__setattr__(self, name, value)

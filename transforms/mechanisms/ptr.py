@@ -31,7 +31,8 @@ from numpy.typing import ArrayLike
 
 from .accounting import ApproxDP, float_down, float_up
 from .additive import LaplaceMechanism
-from .discrete import Rational, as_fraction, discrete_laplace
+from .checks import Rational, as_fraction
+from .discrete import discrete_laplace
 from .quantile_sensitivity import (
     as_quantile,
     check_bounds,

@@ -19,7 +19,8 @@ from numpy.typing import ArrayLike
 
 from .accounting import ApproxDP, float_down, float_up
 from .additive import LaplaceMechanism
-from .discrete import Rational, as_fraction, discrete_laplace
+from .checks import Rational, as_fraction
+from .discrete import discrete_laplace
 from .ptr import INFINITE_DISTANCE, check_delta, check_epsilon, exact_mean, mean_distance
 from .quantile_sensitivity import (
     as_quantile,

@@ -44,7 +44,7 @@ import numpy as np
 
 from .accounting import PureDP, float_up
 from .additive import LaplaceMechanism
-from .discrete import as_fraction
+from .checks import as_fraction, positive
 from .exponential import ExponentialMechanism, sample_exp_weights
 from .rng import KeyedRng
 
@@ -247,11 +247,7 @@ def _check_chunks(chunks: int) -> None:
         )
 
 
-def _positive(x: float, name: str) -> Fraction:
-    f = as_fraction(x, name)
-    if f <= 0:
-        raise ValueError(f"{name} must be positive, got {x!r}; every query needs a budget share")
-    return f
+_SHARE_HINT = "every query needs a budget share"
 
 
 @dataclass(frozen=True)
@@ -275,7 +271,7 @@ class ClippedMean:
     def __post_init__(self) -> None:
         object.__setattr__(self, "bounds", _check_bounds(self.bounds))
         _check_chunks(self.chunks)
-        _positive(self.epsilon, "epsilon")
+        positive(self.epsilon, "epsilon", _SHARE_HINT)
         width = sum((Fraction(hi) - Fraction(lo) for lo, hi in self.bounds), Fraction(0))
         l1 = float_up(width / self.chunks)  # exact, rounded up: never under-declared
         object.__setattr__(
@@ -376,7 +372,7 @@ class RankMedian:
     def __post_init__(self) -> None:
         object.__setattr__(self, "bounds", _check_bounds(self.bounds))
         _check_chunks(self.chunks)
-        _positive(self.epsilon, "epsilon")
+        positive(self.epsilon, "epsilon", _SHARE_HINT)
         g = self.grid
         if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= MAX_MEDIAN_GRID:
             raise ValueError(f"grid must be an int in [1, 2^40] (cells of the range), got {g!r}")
@@ -474,14 +470,14 @@ class SampleAggregateParams:
                 f"got {len(bounds)} ranges for answers of dimension {d}; give one (lower, upper) "
                 "pair for all coordinates or one per coordinate"
             )
-        _positive(self.epsilon, "epsilon")
+        positive(self.epsilon, "epsilon", _SHARE_HINT)
         if self.chunks is None:
             if self.count_epsilon is None:
                 raise ValueError(
                     "chunks is None (the default from a private person count), so count_epsilon "
                     "must give that count's budget; or set chunks"
                 )
-            _positive(self.count_epsilon, "count_epsilon")
+            positive(self.count_epsilon, "count_epsilon", _SHARE_HINT)
         else:
             _check_chunks(self.chunks)
             if self.count_epsilon is not None:

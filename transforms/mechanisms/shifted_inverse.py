@@ -60,10 +60,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .accounting import ZCDP, PureDP
-from .discrete import Rational, as_fraction, discrete_gaussian, discrete_laplace
+from .checks import Rational, as_fraction, positive
+from .discrete import discrete_gaussian, discrete_laplace
 from .exponential import sample_exp_weights
 from .rng import KeyedRng
-from .shifted_inverse_grid import GridKind, OutputGrid, positive
+from .shifted_inverse_grid import GridKind, OutputGrid
 from .shifted_inverse_stats import kth_largest_down_values, quantile_k, sum_down_values
 
 Search = Literal["exponential", "binary"]

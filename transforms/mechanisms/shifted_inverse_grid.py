@@ -16,19 +16,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from .discrete import Rational, as_fraction
+from .checks import Rational, as_fraction, positive
 
 GridKind = Literal["linear", "log"]
 
 MAX_LOG_GRID_POINTS = 1_000_000  # a geometric grid is enumerated; this keeps it small
-
-
-def positive(x: Rational, name: str, hint: str) -> Fraction:
-    """x as a positive Fraction, or ValueError naming the parameter and a hint."""
-    f = as_fraction(x, name)
-    if f <= 0:
-        raise ValueError(f"{name} must be positive, got {x!r}; {hint}")
-    return f
 
 
 @dataclass(frozen=True)

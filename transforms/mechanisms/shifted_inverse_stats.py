@@ -29,7 +29,7 @@ from itertools import pairwise
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .discrete import Rational, as_fraction
+from .checks import Rational, as_fraction
 from .distinct_envelope import holder_classes, lp_values
 
 

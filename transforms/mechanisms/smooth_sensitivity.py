@@ -30,7 +30,6 @@ of :mod:`.heavy_tailed`.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -38,7 +37,7 @@ from typing import Literal
 from numpy.typing import ArrayLike
 
 from .accounting import ZCDP, ApproxDP, PureDP
-from .discrete import Rational
+from .checks import Rational, positive_real
 from .heavy_tailed import (
     LogNoise,
     cauchy_type_noise,
@@ -67,15 +66,6 @@ _DOWN = 1.0 - 2.0**-40  # rounds a computed β, δ₀ or s down, far beyond the 
 _UP = 1.0 + 2.0**-40  # rounds a noise multiplier up
 
 
-def _positive(x: object, name: str, hint: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (numbers.Real, Fraction)):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    f = float(x)
-    if not (math.isfinite(f) and f > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {x!r}; {hint}")
-    return f
-
-
 _BUDGET_HINT = "every query needs a positive share of the budget"
 
 
@@ -95,8 +85,8 @@ class CauchyNoise:
     kind: NoiseKind = field(default="cauchy", init=False)
 
     def __post_init__(self) -> None:
-        eps = _positive(self.epsilon, "epsilon", _BUDGET_HINT)
-        g = _positive(self.gamma, "gamma", "gamma > 1 (4 gives finite variance)")
+        eps = positive_real(self.epsilon, "epsilon", _BUDGET_HINT)
+        g = positive_real(self.gamma, "gamma", "gamma > 1 (4 gives finite variance)")
         if not g > 1:
             raise ValueError(
                 f"gamma must be > 1, got {self.gamma!r}: 1/(1+|z|^gamma) is not integrable "
@@ -139,8 +129,8 @@ class LaplaceNoise:
     kind: NoiseKind = field(default="laplace", init=False)
 
     def __post_init__(self) -> None:
-        eps = _positive(self.epsilon, "epsilon", _BUDGET_HINT)
-        d = _positive(self.delta, "delta", "Laplace smooth-sensitivity noise needs δ in (0, 1)")
+        eps = positive_real(self.epsilon, "epsilon", _BUDGET_HINT)
+        d = positive_real(self.delta, "delta", "Laplace smooth-sensitivity noise needs δ in (0, 1)")
         if not d < 1:
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
         d0 = 2.0 * d / (math.exp(eps / 2.0) + 1.0) * _DOWN  # rounded down: δ stays as stated
@@ -204,9 +194,9 @@ class LaplaceLogNormalNoise:
     kind: NoiseKind = field(default="lln", init=False)
 
     def __post_init__(self) -> None:
-        rho = _positive(self.rho, "rho", _BUDGET_HINT)
+        rho = positive_real(self.rho, "rho", _BUDGET_HINT)
         eps = math.sqrt(2.0 * rho) * _DOWN
-        t = eps * LLN_T_PER_EPSILON if self.t is None else _positive(self.t, "t", "t > 0")
+        t = eps * LLN_T_PER_EPSILON if self.t is None else positive_real(self.t, "t", "t > 0")
         sigma = lln_sigma(eps, t)
         s = (eps - t / sigma) * math.exp(-1.5 * sigma * sigma) * _DOWN
         if not s > 0:

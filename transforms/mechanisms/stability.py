@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .accounting import ApproxDP
-from .discrete import Rational
+from .checks import Rational
 from .ptr import check_delta, check_epsilon, distance_threshold, passes_test
 from .quantile_sensitivity import as_quantile, quantile_of_sorted, sorted_clamped
 from .rng import KeyedRng
@@ -207,10 +207,3 @@ class StableBucketedQuantile:
             "neighbouring": "add/remove one person",
             "guarantee": self.guarantee.to_manifest(),
         }
-
-
-def stable_top_partition(
-    counts: Mapping[Any, int], *, epsilon: Rational, delta: Rational, rng: KeyedRng
-) -> Hashable | None:
-    """One release through :class:`StableTopPartition`."""
-    return StableTopPartition(epsilon, delta).release(counts, rng)
