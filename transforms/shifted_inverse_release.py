@@ -10,17 +10,19 @@ Both mechanisms see the data through a few small statistics per partition, so th
    values, the person's rows tagged with a person code;
 3. a ``CombinePerKey`` whose CombineFn keeps only what the mechanism reads — the exact total and the
    top-K per-person totals (:class:`TopTotals`), the top-K per-person values (:class:`TopValues`),
-   the power-of-two histogram with every candidate's clamped sum (:class:`ClampStats`), or the
-   gathered rows (:class:`GatherRows`, distinct counts and quantiles only). Each is associative and
-   lifted by Beam before the shuffle, and gives the same output whatever the split of the input;
+   the histogram over the clamp grid with every candidate's clamped sum (:class:`ClampStats`),
+   or the gathered rows (:class:`GatherRows`, distinct counts and quantiles only). Each is
+   associative and lifted by Beam before the shuffle, and gives the same output whatever the
+   split of the input;
 4. one ``Map`` per partition that computes the down values and draws the release from
    the query's noise key, ``key.rng(partition, purpose)`` — the only randomness.
 
 Nothing here is private on its own until step 4; nothing computed from the data leaves otherwise.
 Guarantees (add/remove one person) are the core's: :class:`~.mechanisms.shifted_inverse.
 ShiftedInverseParams` (pure ε or ρ-zCDP), :class:`~.mechanisms.auto_bound.ClampChoiceParams` (pure
-ε) composed with Laplace / Gaussian noise of sensitivity 2^e. Per public partition, a person reaches
-at most L partitions, each released with 1/L of the budget (``docs/shifted_inverse.md`` §3, §7).
+ε) composed with Laplace / Gaussian noise of sensitivity the chosen clamp. Per public partition,
+a person reaches at most L partitions, each released with 1/L of the budget
+(``docs/shifted_inverse.md`` §3, §7).
 
 Exactness. Counts are integers. Values are clamped to [0, limit] and summed in fixed point,
 round(v/2^q) with q = ``quantum``, as exact integers (``docs/shifted_inverse.md`` §7), so the
@@ -322,9 +324,9 @@ class TopValues(beam.CombineFn):
 
 
 class ClampStats(beam.CombineFn):
-    """Per-person totals → (histogram over the clamp choice's buckets, Σ min(t, 2^e) per e).
+    """Per-person totals → (histogram over the clamp choice's buckets, Σ min(t, c_k) per c_k).
 
-    ``thresholds`` are the candidate clamps 2^e in fixed-point units, increasing; a total t falls
+    ``thresholds`` are the candidate clamps c_k in fixed-point units, increasing; a total t falls
     in bucket #{thresholds < t} (:meth:`ClampChoiceParams.bucket`, vectorised and exact on ints).
     """
 
@@ -480,9 +482,10 @@ class ShiftedInverseQuery:
 class AutoBoundQuery:
     """A planned ``count``/``sum`` with a privately chosen clamp (public parameters, per partition).
 
-    The clamp 2^e is drawn by ``choice`` (pure ε), then Σ min(t_i, 2^e) over per-person totals
-    t_i gets Laplace (``epsilon``) or Gaussian (``rho``) noise of sensitivity 2^e: the composition
-    of the two. Candidates 2^e must be whole fixed-point units (e ≥ ``contributions.quantum``).
+    The clamp c_k is drawn by ``choice`` (pure ε), then Σ min(t_i, c_k) over per-person totals
+    t_i gets Laplace (``epsilon``) or Gaussian (``rho``) noise of sensitivity c_k: the composition
+    of the two. Candidates must be whole fixed-point units (the choice's unit ≥
+    ``contributions.quantum``).
     """
 
     name: str
@@ -497,27 +500,27 @@ class AutoBoundQuery:
         c = self.contributions
         if c.shape != "totals":
             raise ValueError("an auto bound clamps per-person totals (shape 'totals')")
-        if self.choice.min_exponent < c.quantum:
+        if self.choice.unit_exponent < c.quantum:
             raise ValueError("the smallest candidate clamp is finer than the fixed-point unit")
         if (self.noise == "laplace") != (self.epsilon is not None) or (
             self.noise == "gaussian"
         ) != (self.rho is not None):
             raise ValueError("laplace noise takes epsilon, gaussian noise takes rho")
-        exps = range(self.choice.min_exponent, self.choice.max_exponent + 1)
-        object.__setattr__(self, "thresholds", tuple(2 ** (e - c.quantum) for e in exps))
+        unit = Fraction(2) ** c.quantum
+        thresholds = tuple(int(b / unit) for b in self.choice.candidates)  # whole units
+        object.__setattr__(self, "thresholds", thresholds)
 
-    def mechanism(self, exponent: int) -> LaplaceMechanism | GaussianMechanism:
-        """The noise for clamp 2^exponent: sensitivity 2^exponent (public once e is released)."""
-        bound = 2.0**exponent
+    def bound(self, index: int) -> float:
+        """The clamp of candidate ``index`` (public once the index is released)."""
+        return float(self.choice.candidates[index])
+
+    def mechanism(self, index: int) -> LaplaceMechanism | GaussianMechanism:
+        """The noise for candidate ``index``: sensitivity its clamp."""
+        bound = self.bound(index)
         if self.epsilon is not None:
             return LaplaceMechanism(bound, self.epsilon)
         assert self.rho is not None
         return GaussianMechanism(bound, self.rho)
-
-    def best_exponent(self, hist: Sequence[int]) -> int:
-        """The highest-scoring candidate (ties: the smallest): the ``noise=False`` choice."""
-        scores = self.choice.scores(hist)
-        return self.choice.min_exponent + scores.index(max(scores))
 
 
 _Rngs = Any  # purpose → KeyedRng
@@ -542,11 +545,11 @@ class _ReleasePartition:
             row["value"] = float(q.release(stats, rng) if self._noise else q.exact(stats))
             return row
         hist, clamped = stats
-        e = q.choice.choose(hist, rng("bound")) if self._noise else q.best_exponent(hist)
-        exact = clamped[e - q.choice.min_exponent] * q.contributions.unit
-        mechanism = q.mechanism(e)
+        k = q.choice.choose(hist, rng("bound")) if self._noise else q.choice.mode(hist)
+        exact = clamped[k] * q.contributions.unit
+        mechanism = q.mechanism(k)
         row["value"] = mechanism.release(exact, rng("value")) if self._noise else float(exact)
-        row["stddev"], row["bound"] = mechanism.std, 2.0**e
+        row["stddev"], row["bound"] = mechanism.std, q.bound(k)
         return row
 
 

@@ -1,13 +1,14 @@
 """``count`` / ``sum`` with ``bound = "auto"``: the per-person clamp chosen privately, then noise.
 
 Instead of ``max_rows_per_partition`` and ``bounds``, a share of the query's budget (``auto_share``,
-default 1/2) picks the clamp B = 2^e for each person's total — rows for ``count``, the sum of
-``value`` for ``sum`` (negative values count as 0) — with the exponential mechanism of
-:mod:`transforms.mechanisms.auto_bound` on a power-of-two histogram of per-person totals, among
-the candidates 2^e inside ``bound_range`` (default [1, 2^30]). The rest of the share adds Laplace
-(``noise = "laplace"``, the default under ε totals) or Gaussian (the default under ρ) noise of
-sensitivity B to Σ_i min(t_i, B). Guarantee: the choice (pure ε) composed with the noise, for
-add/remove one person (``docs/shifted_inverse.md`` §5, §7).
+default 1/4) picks the clamp B for each person's total — rows for ``count``, the sum of ``value``
+for ``sum`` (negative values count as 0) — with the exponential mechanism of
+:mod:`transforms.mechanisms.auto_bound` on a histogram of per-person totals, among a grid of four
+candidates per octave inside ``bound_range`` (default [1, 2^30]): the fewest persons clipped,
+against a prior for small clamps. The rest of the share adds Laplace (``noise = "laplace"``, the
+default under ε totals) or Gaussian (the default under ρ) noise of sensitivity B to
+Σ_i min(t_i, B). Guarantee: the choice (pure ε) composed with the noise, for add/remove one
+person (``docs/shifted_inverse.md`` §5, §7).
 
 The chosen B is data-dependent but released by a DP mechanism, so it is published in the output
 row (``bound``, with ``value`` and ``stddev``); the manifest records only public facts — the
@@ -33,13 +34,13 @@ if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
 DEFAULT_RANGE = (Fraction(1), Fraction(2**30))
-DEFAULT_AUTO_SHARE = Fraction(1, 2)
+DEFAULT_AUTO_SHARE = Fraction(1, 4)  # measured best of 1/4, 1/3, 1/2: docs/accuracy.md
 SUM_OCTAVES = 40  # sums: candidates within 2^40 of each other (fixed point, docs §7)
 _KEYS = ("name", "metric", "bound", "value", "bound_range", "auto_share", "noise")
 _PARTITION_KEYS = ("by", "partitions", "max_partitions_per_person")
 _RANGE = (
     "[lowest, highest] positive numbers holding at least one power of two",
-    "candidate clamps are the powers of two 2^e in this range; choose it without the data",
+    "candidate clamps lie between the powers of two in this range; choose it without the data",
 )
 
 
@@ -125,10 +126,10 @@ class AutoBoundKind:
         e_min, e_max = o["exponents"]
         try:
             eps_choice, eps, rho = auto_bound_parts(ctx.share, L, o["auto_share"], query.noise)
-            choice = clamp_choice(eps_choice, (e_min, e_max), unit_noise(eps, rho))
+            quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
+            choice = clamp_choice(eps_choice, (e_min, e_max), unit_noise(eps, rho), quantum)
         except ValueError as e:
             raise config_error(ctx, e) from e
-        quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
         return AutoBoundPlan(
             query.name, query.metric, ctx.share, query.value, choice, query.noise, eps, rho,
             o["auto_share"], quantum, query.by, public_keys(query, ctx), L,

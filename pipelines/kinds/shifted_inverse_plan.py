@@ -35,7 +35,7 @@ from userdp.transforms.mechanisms.accounting import (
     zcdp_budget_for,
 )
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
+from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
 from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 
 from .local_sensitivity_plan import counted_as
@@ -235,13 +235,22 @@ def unit_noise(epsilon: float | None, rho: float | None) -> LaplaceMechanism | G
 
 
 def clamp_choice(
-    epsilon: Fraction, exponents: tuple[int, int], noise: LaplaceMechanism | GaussianMechanism
+    epsilon: Fraction,
+    exponents: tuple[int, int],
+    noise: LaplaceMechanism | GaussianMechanism,
+    unit_exponent: int = 0,
 ) -> ClampChoiceParams:
-    """The clamp choice: clip about as many persons as the noise's std per unit of bound."""
-    target = target_clipped_for_noise(Fraction(noise.std))
+    """The clamp choice: clip as few persons as the prior allows (m = 0, the monotone utility).
+
+    ``noise`` is not read: the optimum m = s (the noise's std per unit of bound) lies below the
+    choice's resolution at every split (:mod:`transforms.mechanisms.auto_bound`), measured in
+    ``benchmarks/auto_bound.py``.
+    """
+    del noise
     return ClampChoiceParams(
-        epsilon=epsilon, min_exponent=exponents[0], max_exponent=exponents[1], target_clipped=target
-    )
+        epsilon=epsilon, min_exponent=exponents[0], max_exponent=exponents[1],
+        target_clipped=0, unit_exponent=unit_exponent,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -288,10 +297,10 @@ class AutoBoundPlan:
             **_partitions(self.by, self.public_keys, parts),
             "share": self.share.to_manifest(),
             "auto_share": {"value": float(self.auto_share), "exact": str(self.auto_share)},
-            "clamp_choice": {**self.choice.to_manifest(), "candidates_are": "clamps 2^e"},
+            "clamp_choice": self.choice.to_manifest(),
             "statistic": {
                 "clamp": "each person's total (rows, or sum of the value with negative values as "
-                "0) is clamped to the chosen bound B = 2^e",
+                "0) is clamped to the chosen bound B (a candidate of the grid)",
                 "mechanism": self.noise,
                 "guarantee": self.noise_guarantee.to_manifest(),
                 "sensitivity": "B per partition (B is released in the output's `bound` column)",
@@ -309,12 +318,19 @@ class AutoBoundPlan:
         c, noise = self.choice, unit_noise(self.epsilon, self.rho)
         what = f"sum of {self.value} (negative values as 0)" if self.value else "count of rows"
         err = noise.scale * LN20 if isinstance(noise, LaplaceMechanism) else Z95 * noise.std
+        m, kappa = float(c.target_clipped), float(c.step_prior)
+        resolution = kappa / float(c.epsilon)  # persons per grid step that outweigh the prior
+        double = math.exp(-kappa * c.per_octave)  # P[a whole octave above the data], flat tail
         return [
-            f"{what}, each person's total clamped to a private bound B = 2^e, "
-            f"e ∈ [{c.min_exponent}, {c.max_exponent}]",
-            f"bound: exponential mechanism {c.guarantee}, utility −|persons above B − "
-            f"{float(c.target_clipped):.4g}| ({float(self.auto_share):g} of the share)",
+            f"{what}, each person's total clamped to a private bound B from "
+            f"{len(c.candidates)} candidates in [2^{c.min_exponent}, 2^{c.max_exponent}] "
+            f"({c.per_octave} per octave)",
+            f"bound: exponential mechanism {c.guarantee} ({float(self.auto_share):g} of the "
+            f"share), utility −|persons above B − {m:.4g}|, prior e^-{kappa:g} per step up",
             f"noise: {self.noise} {self.noise_guarantee}, sensitivity B: stddev "
             f"{noise.std:.4g}·B, 95% error ±{err:.4g}·B",
+            f"expected error: ±{err:.4g}·B from noise, plus the excess over B of the persons it "
+            f"clips: the choice moves up a quarter-octave when ≳ {resolution:.3g} persons lie "
+            f"above B there; B is ≥ 2× the largest total with probability ≤ {double:.2g}",
             *_partition_line(self.by, self.public_keys, self.max_partitions_per_person),
         ]

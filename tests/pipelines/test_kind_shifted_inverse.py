@@ -202,19 +202,19 @@ def test_rho_share_defaults_to_the_zcdp_binary_search(tmp_path: Path) -> None:
 
 
 def test_auto_bound_splits_its_share_between_choice_and_noise(tmp_path: Path) -> None:
-    gauss = {**AUTO, "name": "g", "noise": "gaussian", "auto_share": 0.25}
+    gauss = {**AUTO, "name": "g", "noise": "gaussian", "auto_share": 0.5}
     plan = plan_release(parse_job(job(tmp_path, AUTO, gauss, epsilon=2.0, delta=1e-6)))
     a, g = plan.queries
-    assert isinstance(a, AutoBoundPlan) and a.choice.epsilon == Fraction(1, 2)
-    assert a.epsilon == 0.5 and a.rho is None and a.noise == "laplace"
+    assert isinstance(a, AutoBoundPlan) and a.choice.epsilon == Fraction(1, 4)  # default share 1/4
+    assert a.epsilon == 0.75 and a.rho is None and a.noise == "laplace"
     assert (a.choice.min_exponent, a.choice.max_exponent) == (0, 30)
-    assert float(a.choice.target_clipped) == pytest.approx(math.sqrt(2) / 0.5, rel=1e-9)
-    assert isinstance(g, AutoBoundPlan) and g.choice.epsilon == Fraction(1, 4)
-    rho = zcdp_budget_for(ApproxDP(Fraction(3, 4), Fraction(1, 2 * 10**6))).rho
+    assert a.choice.target_clipped == 0  # the monotone utility: as few clipped as the prior allows
+    assert isinstance(g, AutoBoundPlan) and g.choice.epsilon == Fraction(1, 2)
+    rho = zcdp_budget_for(ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))).rho
     assert g.rho is not None and Fraction(g.rho) <= rho and g.rho == pytest.approx(float(rho))
     zc = plan_release(parse_job(job(tmp_path, AUTO, rho=0.5))).queries[0]
-    assert isinstance(zc, AutoBoundPlan) and zc.noise == "gaussian" and zc.rho == 0.25
-    assert Fraction(zc.choice.epsilon) ** 2 / 2 <= Fraction(1, 4)
+    assert isinstance(zc, AutoBoundPlan) and zc.noise == "gaussian" and zc.rho == 0.375
+    assert Fraction(zc.choice.epsilon) ** 2 / 2 <= Fraction(1, 8)
 
 
 # ------------------------------------------------------------------------ plan and manifest
@@ -237,8 +237,12 @@ def test_plan_lines_and_manifest_hold_public_facts_only(tmp_path: Path) -> None:
     ) in text
     assert "k-th largest (k = 3) per-person max(duration_s): shifted inverse, log grid 1" in text
     assert "quantile q = 1/2 of row values of duration_s: row count first" in text
-    assert "bound: exponential mechanism ε=0.5, utility −|persons above B − 2.828" in text
-    assert "noise: laplace ε=0.5, sensitivity B: stddev 2.828·B, 95% error ±5.991·B" in text
+    assert (
+        "bound: exponential mechanism ε=0.25 (0.25 of the share), utility −|persons above B − 0|"
+        in text
+    )
+    assert "noise: laplace ε=0.75, sensitivity B: stddev 1.886·B, 95% error ±3.994·B" in text
+    assert "expected error: ±3.994·B from noise, plus the excess over B" in text
 
     t, x, m, a = plan.to_manifest()["queries"]
     assert t["method"] == "shifted_inverse" and t["statistic"] == "total"
@@ -251,7 +255,7 @@ def test_plan_lines_and_manifest_hold_public_facts_only(tmp_path: Path) -> None:
     assert m["count_mechanism"]["upper"] == 2.0**40 and m["q"]["exact"] == "1/2"
     assert a["method"] == "auto_bound" and a["clamp_choice"]["candidates"] == [0, 30]
     assert a["clamp_choice"]["mechanism"] == "clamp_choice_exponential"
-    assert a["clamp_choice"]["guarantee"]["epsilon_exact"] == "1/2"
+    assert a["clamp_choice"]["guarantee"]["epsilon_exact"] == "1/4"
     assert a["statistic"]["guarantee"]["kind"] == "pure"
     assert "bound" not in a  # the chosen bound is released in the output row, not here
 
@@ -299,7 +303,9 @@ def test_combiners_give_the_same_output_for_any_split() -> None:
 
 
 def test_clamp_stats_match_the_core_buckets_and_clamped_sums() -> None:
-    choice = ClampChoiceParams(epsilon=1, min_exponent=2, max_exponent=9, target_clipped=3)
+    choice = ClampChoiceParams(
+        epsilon=1, min_exponent=2, max_exponent=9, target_clipped=3, per_octave=1
+    )
     fn = ClampStats([2**e for e in range(2, 10)])
     gen = np.random.default_rng(8)  # not noise
     totals = np.concatenate([gen.integers(0, 1200, 400), [4, 5, 512, 513, 2**40]]).astype(np.int64)
@@ -345,7 +351,9 @@ def test_misuse_of_the_beam_parameters_is_refused() -> None:
         Contributions("totals", by=("d",))
     with pytest.raises(ValueError, match="max_partitions: L ≥ 1, and 1 without `by`"):
         Contributions("totals", max_partitions=2)
-    choice = ClampChoiceParams(epsilon=1, min_exponent=-3, max_exponent=4, target_clipped=1)
+    choice = ClampChoiceParams(
+        epsilon=1, min_exponent=-3, max_exponent=4, target_clipped=1, unit_exponent=-3
+    )
     spec = Contributions("totals", "sum", "v", limit=16.0, quantum=-2)
     with pytest.raises(ValueError, match="finer than the fixed-point unit"):
         AutoBoundQuery("a", spec, choice, "laplace", epsilon=1.0)
@@ -430,12 +438,14 @@ def test_noise_off_releases_the_exact_statistics(logs: Path, tmp_path: Path) -> 
     plan = plan_release(cfg)
     auto = plan.queries[7]
     assert isinstance(auto, AutoBoundPlan)
-    target = auto.choice.target_clipped
-    scores = [-abs(int(np.sum(counts > 2**e)) - target) for e in range(17)]
-    e = scores.index(max(scores))
-    assert rows["a"] == [{"value": float(np.minimum(counts, 2**e).sum()),
-                          "stddev": auto.to_manifest()["statistic"]["stddev_per_unit_bound"] * 2**e,
-                          "bound": 2.0**e}]  # fmt: skip
+    # the mode of P[k] ∝ exp(−ε·A(c_k) − κ·h_k) (m = 0), written out from the definition
+    c = auto.choice
+    lam = [c.epsilon * int(np.sum(counts > b)) + c.step_prior * h
+           for b, h in zip(c.candidates, c.heights, strict=True)]  # fmt: skip
+    b = c.candidates[lam.index(min(lam))]
+    assert rows["a"] == [{"value": float(np.minimum(counts, b).sum()),
+                          "stddev": auto.to_manifest()["statistic"]["stddev_per_unit_bound"] * b,
+                          "bound": float(b)}]  # fmt: skip
     per_domain = domain_rows(table, ["site00.example", "site02.example", "nowhere.example"], 2)
     want = {d: sum(n) for d, n in per_domain.items()}
     assert {r["domain"]: r["value"] for r in rows["dom"]} == {d: float(n) for d, n in want.items()}
@@ -511,11 +521,12 @@ def test_noise_on_is_the_core_mechanism_keyed_by_query_partition_and_purpose(
     assert isinstance(auto, AutoBoundPlan)
     choice = auto.choice
     hist = Counter(choice.bucket(int(t)) for t in counts)
-    e = choice.choose([hist.get(b, 0) for b in range(choice.histogram_size)], rng("a", "bound"))
+    k = choice.choose([hist.get(b, 0) for b in range(choice.histogram_size)], rng("a", "bound"))
     noise = AutoBoundQuery("a", Contributions("totals"), choice, "laplace", epsilon=auto.epsilon)
-    mechanism = noise.mechanism(e)
-    value = mechanism.release(Fraction(int(np.minimum(counts, 2**e).sum())), rng("a"))
-    assert rows["a"] == [{"value": value, "stddev": mechanism.std, "bound": 2.0**e}]
+    mechanism = noise.mechanism(k)
+    b = choice.candidates[k]
+    value = mechanism.release(Fraction(int(np.minimum(counts, b).sum())), rng("a"))
+    assert rows["a"] == [{"value": value, "stddev": mechanism.std, "bound": float(b)}]
 
     # Reproducible with the same key, whatever the number of shards.
     subset = parse_job({**job(logs, PIPELINE[0], PIPELINE[7], epsilon=9.0),
@@ -577,5 +588,6 @@ def test_userdp_run_end_to_end_total_max_distinct_and_auto_bound(
         assert set(row) == {"value"} and 0 <= row["value"] <= entries[name]["mechanism"]["upper"]
     (auto,) = pq.read_table(out / "visits_auto.parquet").to_pylist()
     assert set(auto) == {"value", "stddev", "bound"} and math.isfinite(auto["value"])
-    assert auto["bound"] in [2.0**e for e in range(21)] and auto["stddev"] > 0
+    grid = ClampChoiceParams(epsilon=1, min_exponent=0, max_exponent=20, target_clipped=0)
+    assert auto["bound"] in [float(c) for c in grid.candidates] and auto["stddev"] > 0
     assert table.num_rows > 0
