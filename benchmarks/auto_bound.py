@@ -25,7 +25,8 @@ per family and ε ∈ {0.1, 1, 8}: each method's error, and the ratios auto / be
 auto / shifted inverse. The issue's targets: auto / best ≤ 2 (never above 4), auto ≤ shifted
 inverse.
 
-Usage: python benchmarks/auto_bound.py [--people 100000] [--runs 32] [--auto-share 1/2]
+Usage: python benchmarks/auto_bound.py [--people 100000] [--runs 200] [--auto-share 1/4]
+                                        [--tune step_prior=1/3 ...]
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def shifted_inverse_total(totals: np.ndarray, count: bool, eps: Fraction) -> Cal
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--people", type=int, default=100_000)
-    ap.add_argument("--runs", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--auto-share", type=Fraction, default=DEFAULT_AUTO_SHARE)
     ap.add_argument("--tune", action="append", help="a ClampChoiceParams field=value")
     args = ap.parse_args()

@@ -57,3 +57,21 @@ def test_a_different_bounding_rule_is_caught(throughput: ModuleType, tmp_path: P
     other = ReleaseKey(bytes(range(1, 33))).subkey("bounding")
     throughput.run_plain(data, out, other)
     assert throughput.read_plain(out) != exact
+
+
+def test_auto_bound_benchmark_prints_every_family_and_epsilon() -> None:
+    import subprocess  # noqa: PLC0415
+
+    script = SCRIPT.with_name("auto_bound.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--people", "400", "--runs", "10"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in FAMILIES]
+    names = [f[0] for f in FAMILIES]
+    assert [(r[0], r[1]) for r in rows] == [(f, e) for f in names for e in ("0.1", "1", "8")]
+    assert all(float(r[7]) > 0 and float(r[8]) > 0 for r in rows)  # auto/best and auto/SI
+    assert out.rstrip().endswith(("targets met", "TARGETS MISSED"))
+
+
+FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["constant"]]
