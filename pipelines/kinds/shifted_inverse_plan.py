@@ -320,17 +320,18 @@ class AutoBoundPlan:
         err = noise.scale * LN20 if isinstance(noise, LaplaceMechanism) else Z95 * noise.std
         m, kappa = float(c.target_clipped), float(c.step_prior)
         resolution = kappa / float(c.epsilon)  # persons per grid step that outweigh the prior
+        utility = "−(persons above B)" if m == 0 else f"−|persons above B − {m:.4g}|"
         double = math.exp(-kappa * c.per_octave)  # P[a whole octave above the data], flat tail
         return [
             f"{what}, each person's total clamped to a private bound B from "
             f"{len(c.candidates)} candidates in [2^{c.min_exponent}, 2^{c.max_exponent}] "
             f"({c.per_octave} per octave)",
             f"bound: exponential mechanism {c.guarantee} ({float(self.auto_share):g} of the "
-            f"share), utility −|persons above B − {m:.4g}|, prior e^-{kappa:g} per step up",
+            f"share), utility {utility}, prior e^-{kappa:g} per step up",
             f"noise: {self.noise} {self.noise_guarantee}, sensitivity B: stddev "
             f"{noise.std:.4g}·B, 95% error ±{err:.4g}·B",
             f"expected error: ±{err:.4g}·B from noise, plus the excess over B of the persons it "
             f"clips: the choice moves up a quarter-octave when ≳ {resolution:.3g} persons lie "
-            f"above B there; B is ≥ 2× the largest total with probability ≤ {double:.2g}",
+            f"above B there; B is ≥ 2× the largest total with probability about {double:.2g}",
             *_partition_line(self.by, self.public_keys, self.max_partitions_per_person),
         ]

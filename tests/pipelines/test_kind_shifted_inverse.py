@@ -238,7 +238,7 @@ def test_plan_lines_and_manifest_hold_public_facts_only(tmp_path: Path) -> None:
     assert "k-th largest (k = 3) per-person max(duration_s): shifted inverse, log grid 1" in text
     assert "quantile q = 1/2 of row values of duration_s: row count first" in text
     assert (
-        "bound: exponential mechanism ε=0.25 (0.25 of the share), utility −|persons above B − 0|"
+        "bound: exponential mechanism ε=0.25 (0.25 of the share), utility −(persons above B)"
         in text
     )
     assert "noise: laplace ε=0.75, sensitivity B: stddev 1.886·B, 95% error ±3.994·B" in text
