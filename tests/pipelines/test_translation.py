@@ -114,7 +114,7 @@ def check_portable_proto(proto: beam_runner_api_pb2.Pipeline, image: str) -> Non
         for fn in _user_fns(t):
             assert pickler.loads(fn.payload) is not None, t.unique_name
     for q in QUERIES:
-        steps = {f"{q}/BoundAndAggregate", f"{q}/Release", f"{q}/Collect", f"{q}/Write"}
+        steps = {f"{q}/BoundAndAggregate", f"{q}/Release", f"{q}/Write", f"{q}/Write/Collect"}
         assert steps <= names, q
     assert {"Read", "ByPerson/Validate", "WriteDeadLetters"} <= names
     assert len([n for n in names if n.endswith("/ShardByPerson")]) == 1  # one shuffle by person
