@@ -41,8 +41,12 @@ from fractions import Fraction
 
 import numpy as np
 
+# FDY22's error measure and the top-K helper, shared with the shifted inverse benchmark
+# (benchmarks/ is sys.path[0] when a script here runs)
+from shifted_inverse import top_values, trimmed_error
+
 from userdp.pipelines.kinds.auto_bound import DEFAULT_AUTO_SHARE, SUM_OCTAVES
-from userdp.pipelines.kinds.shifted_inverse_plan import clamp_choice, unit_noise
+from userdp.pipelines.kinds.shifted_inverse_plan import clamp_choice
 from userdp.transforms.mechanisms.additive import laplace_mechanism
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
 from userdp.transforms.mechanisms.rng import KeyedRng
@@ -53,13 +57,6 @@ SECRET = hashlib.sha256(b"userdp.benchmark.auto_bound").digest()
 EPSILONS = (Fraction(1, 10), Fraction(1), Fraction(8))
 RANGE = (0, 30)  # the job file's default bound_range [1, 2^30]
 TUNING: dict[str, object] = {}  # --tune field=value: ClampChoiceParams overrides of `auto`
-
-
-def trimmed_error(errors: np.ndarray) -> float:
-    """Mean of the middle 60% of |errors| (FDY22 drop the best and worst 20%)."""
-    e = np.sort(np.abs(errors))
-    cut = len(e) // 5
-    return float(e[cut : len(e) - cut].mean())
 
 
 def families(people: int) -> dict[str, tuple[np.ndarray, bool]]:
@@ -91,7 +88,7 @@ def auto_release(
             unit_exponent=unit, per_octave=1, step_prior=0,
         )  # fmt: skip
     else:  # exactly what a job's plan builds
-        choice = clamp_choice(eps_choice, RANGE, unit_noise(float(eps_noise), None), unit)
+        choice = clamp_choice(eps_choice, RANGE, unit)
     if TUNING and not old:
         choice = dataclasses.replace(choice, **TUNING)  # type: ignore[arg-type]
     cands = np.array([float(c) for c in choice.candidates])
@@ -134,8 +131,7 @@ def shifted_inverse_total(totals: np.ndarray, count: bool, eps: Fraction) -> Cal
     scale = 1 if count else 1024  # sums: whole 1/1024 units, as the job's fixed point
     ints = np.ceil(totals * scale).astype(np.int64)
     params = ShiftedInverseParams(upper=2**40, resolution=1, epsilon=eps, beta=Fraction(1, 10))
-    k = min(params.top_k, len(ints))
-    top = sorted(np.partition(ints, len(ints) - k)[len(ints) - k :].tolist(), reverse=True)
+    top = top_values(ints, params.top_k)
     down = sum_down_values(int(ints.sum()), top, params.down_values_needed)
     return lambda i: (
         float(shifted_inverse(down, params, KeyedRng(SECRET, "si", str(eps), i))) / scale

@@ -28,7 +28,7 @@ from ..config_fields import MISSING, is_num, parse_shares
 from ..public_keys import typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .shifted_inverse import config_error, parse_partitioning, public_keys
-from .shifted_inverse_plan import AutoBoundPlan, auto_bound_parts, clamp_choice, unit_noise
+from .shifted_inverse_plan import AutoBoundPlan, auto_bound_parts, clamp_choice
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
@@ -127,7 +127,7 @@ class AutoBoundKind:
         try:
             eps_choice, eps, rho = auto_bound_parts(ctx.share, L, o["auto_share"], query.noise)
             quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
-            choice = clamp_choice(eps_choice, (e_min, e_max), unit_noise(eps, rho), quantum)
+            choice = clamp_choice(eps_choice, (e_min, e_max), quantum)
         except ValueError as e:
             raise config_error(ctx, e) from e
         return AutoBoundPlan(

@@ -235,18 +235,14 @@ def unit_noise(epsilon: float | None, rho: float | None) -> LaplaceMechanism | G
 
 
 def clamp_choice(
-    epsilon: Fraction,
-    exponents: tuple[int, int],
-    noise: LaplaceMechanism | GaussianMechanism,
-    unit_exponent: int = 0,
+    epsilon: Fraction, exponents: tuple[int, int], unit_exponent: int = 0
 ) -> ClampChoiceParams:
     """The clamp choice: clip as few persons as the prior allows (m = 0, the monotone utility).
 
-    ``noise`` is not read: the optimum m = s (the noise's std per unit of bound) lies below the
-    choice's resolution at every split (:mod:`transforms.mechanisms.auto_bound`), measured in
-    ``benchmarks/auto_bound.py``.
+    The optimum m = s (the noise's std per unit of bound) lies below the choice's resolution at
+    every split (:mod:`transforms.mechanisms.auto_bound`), measured in
+    ``benchmarks/auto_bound.py``; so the noise does not enter the choice.
     """
-    del noise
     return ClampChoiceParams(
         epsilon=epsilon, min_exponent=exponents[0], max_exponent=exponents[1],
         target_clipped=0, unit_exponent=unit_exponent,
