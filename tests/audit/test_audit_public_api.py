@@ -19,12 +19,24 @@ margin: (1) noise for ε = 2.5, claim ε = 1: ε_lb ≈ 2.5 − 4.9·(0.014 + 0.
 contribution bound skipped (every person sends 4 rows, the count is told C = 1 but the bounding
 step keeps every row): the neighbour moves the count by 4, so ε_lb approaches 4 − margin ≈ 3.3.
 Measured with the fixed secret: 0.788 (pass), 2.131 and 3.299 (both caught).
+
+The same device audits the shifted inverse mechanism end to end: ``dp.Total(by=["page"],
+public_partitions=..., L = 1)`` releases each public partition's total from its own keyed
+stream, so partitions ``x-i`` (six persons with 3 rows) and ``y-i`` (the same plus one heavy
+person with 25 rows) are i.i.d. draws of M(x) and M(x'), the pair of
+``test_audit_shifted_inverse`` (exponential search, D = 20, d = 1, β = ½, ε = 1: τ = 8). A person
+with 25 rows already exceeds D, so it acts as the core audit's person with 10^6. Expected (exact
+output laws of that audit): event {y ≤ 0}, P_x = 0.5015, P_x' = 0.2701, so at m = 5,000
+ε_lb ≈ 0.619 − 4.9·(0.0141 + 0.0233) ≈ 0.44. Negative control: noise for ε = 4 claimed as ε = 1
+(τ and the weights both move, so the expected bound comes from a measurement, not a formula).
+Measured with the fixed secret: 0.452 (pass), 1.842 (caught).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,30 +67,75 @@ def _rows(rows_per_person: int) -> pa.Table:
     return pa.table({"person": persons, "page": pages})
 
 
-def _release_counts(
-    epsilon: float, rows: pa.Table, out_dir: Path
+def _release(
+    metric: Callable[[list[str]], beam.PTransform[Any, Any]],
+    epsilon: float,
+    rows: pa.Table,
+    out_dir: Path,
 ) -> tuple[list[float], list[float]]:
+    """Releases ``metric(public keys)`` on ``rows`` → (values at ``x-*``, values at ``y-*``)."""
     release = dp.Release._for_launcher(dp.Budget(epsilon=epsilon), KEY, noise=True)
     public = [f"{s}-{i}" for s in "xy" for i in range(N)]
     with beam.Pipeline() as p:
         people = p | beam.Create([rows]) | release.ByPerson("person", keys={"page": "string"})
-        counts = people | "counts" >> dp.Count(
+        released = people | "released" >> metric(public)
+        _ = (
+            released
+            | beam.Map(lambda r: json.dumps([r.page, r.value]))
+            | beam.io.WriteToText(str(out_dir / "released"))
+        )
+    lines = [line for f in out_dir.glob("released*") for line in f.read_text().splitlines()]
+    out = dict(json.loads(line) for line in lines)
+    xs = [out[f"x-{i}"] for i in range(N)]
+    ys = [out[f"y-{i}"] for i in range(N)]
+    return xs, ys
+
+
+def _release_counts(
+    epsilon: float, rows: pa.Table, out_dir: Path
+) -> tuple[list[float], list[float]]:
+    return _release(
+        lambda public: dp.Count(
             by=["page"],
             max_partitions_per_person=1,
             max_rows_per_partition=1,
             public_partitions=public,
             epsilon=epsilon,
-        )
-        _ = (
-            counts
-            | beam.Map(lambda r: json.dumps([r.page, r.value]))
-            | beam.io.WriteToText(str(out_dir / "counts"))
-        )
-    lines = [line for f in out_dir.glob("counts*") for line in f.read_text().splitlines()]
-    out = dict(json.loads(line) for line in lines)
-    xs = [out[f"x-{i}"] for i in range(N)]
-    ys = [out[f"y-{i}"] for i in range(N)]
-    return xs, ys
+        ),
+        epsilon,
+        rows,
+        out_dir,
+    )
+
+
+def _totals_rows() -> pa.Table:
+    """Six persons with 3 rows in every ``x-i``; the same plus one person with 25 in ``y-i``."""
+    persons: list[str] = []
+    pages: list[str] = []
+    for side, heavy in (("x", 0), ("y", 25)):
+        for i in range(N):
+            for j, rows in enumerate([3] * 6 + ([heavy] if heavy else [])):
+                persons += [f"{side}{i}.{j}"] * rows
+                pages += [f"{side}-{i}"] * rows
+    return pa.table({"person": persons, "page": pages})
+
+
+def _release_totals(epsilon: float, out_dir: Path) -> tuple[list[float], list[float]]:
+    return _release(
+        lambda public: dp.Total(
+            by=["page"],
+            public_partitions=public,
+            max_partitions_per_person=1,
+            upper=20,
+            resolution=1,
+            beta=0.5,
+            search="exponential",
+            epsilon=epsilon,
+        ),
+        epsilon,
+        _totals_rows(),
+        out_dir,
+    )
 
 
 def _audit(xs: list[float], ys: list[float]) -> AuditResult:
@@ -106,4 +163,15 @@ def test_negative_control_skipped_bounding_is_caught(
 
     monkeypatch.setattr(aggregate, "bound_and_aggregate", unbounded)
     result = _audit(*_release_counts(1.0, _rows(4), tmp_path))
+    assert not result.passed, str(result)
+
+
+def test_total_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    result = _audit(*_release_totals(1.0, tmp_path))
+    assert result.passed, str(result)
+    assert result.epsilon_lb >= 0.44 - 0.15, str(result)
+
+
+def test_total_negative_control_too_little_noise_is_caught(tmp_path: Path) -> None:
+    result = _audit(*_release_totals(4.0, tmp_path))
     assert not result.passed, str(result)
