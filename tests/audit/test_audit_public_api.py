@@ -30,6 +30,14 @@ output laws of that audit): event {y ≤ 0}, P_x = 0.5015, P_x' = 0.2701, so at 
 ε_lb ≈ 0.619 − 4.9·(0.0141 + 0.0233) ≈ 0.44. Negative control: noise for ε = 4 claimed as ε = 1
 (τ and the weights both move, so the expected bound comes from a measurement, not a formula).
 Measured with the fixed secret: 0.452 (pass), 1.842 (caught).
+
+``dp.Sum`` checks that the bounds reach the noise: bounds [0, 8], L = C = 1, five persons with
+value 0 in every ``x-i`` and the same plus one person with value 8 in ``y-i``; the noise scale must
+be 8/ε, so the pair is the Count audit's scaled by 8 (expected ε_lb ≈ 0.79). Negative control: the
+clamp is skipped where the rows are bounded (upper 15.99 applied instead of 8: the same
+fixed-point quantum, so only the clamp changes) and the extra person's value is 15.9; the true
+loss is ≈ 2ε, expected ε_lb ≈ 2 − 4.9·(0.014 + 0.06) ≈ 1.6.
+Measured with the fixed secret: 0.789 (pass), 1.494 (caught).
 """
 
 from __future__ import annotations
@@ -72,12 +80,17 @@ def _release(
     epsilon: float,
     rows: pa.Table,
     out_dir: Path,
+    values: list[str] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Releases ``metric(public keys)`` on ``rows`` → (values at ``x-*``, values at ``y-*``)."""
     release = dp.Release._for_launcher(dp.Budget(epsilon=epsilon), KEY, noise=True)
     public = [f"{s}-{i}" for s in "xy" for i in range(N)]
     with beam.Pipeline() as p:
-        people = p | beam.Create([rows]) | release.ByPerson("person", keys={"page": "string"})
+        people = (
+            p
+            | beam.Create([rows])
+            | release.ByPerson("person", keys={"page": "string"}, values=values or [])
+        )
         released = people | "released" >> metric(public)
         _ = (
             released
@@ -138,6 +151,37 @@ def _release_totals(epsilon: float, out_dir: Path) -> tuple[list[float], list[fl
     )
 
 
+def _sum_rows(extra: float) -> pa.Table:
+    """Five persons with value 0 in every ``x-i``; the same plus one with ``extra`` in ``y-i``."""
+    persons: list[str] = []
+    pages: list[str] = []
+    values: list[float] = []
+    for side, size in (("x", 5), ("y", 6)):
+        for i in range(N):
+            persons += [f"{side}{i}.{j}" for j in range(size)]
+            pages += [f"{side}-{i}"] * size
+            values += [0.0] * 5 + [extra] * (size - 5)
+    return pa.table({"person": persons, "page": pages, "v": values})
+
+
+def _release_sums(rows: pa.Table, out_dir: Path) -> tuple[list[float], list[float]]:
+    return _release(
+        lambda public: dp.Sum(
+            by=["page"],
+            value="v",
+            bounds=[0, 8],
+            max_partitions_per_person=1,
+            max_rows_per_partition=1,
+            public_partitions=public,
+            epsilon=1,
+        ),
+        1.0,
+        rows,
+        out_dir,
+        values=["v"],
+    )
+
+
 def _audit(xs: list[float], ys: list[float]) -> AuditResult:
     return audit_outputs(xs, ys, epsilon=1.0, delta=0.0)
 
@@ -174,4 +218,23 @@ def test_total_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
 
 def test_total_negative_control_too_little_noise_is_caught(tmp_path: Path) -> None:
     result = _audit(*_release_totals(4.0, tmp_path))
+    assert not result.passed, str(result)
+
+
+def test_sum_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    result = _audit(*_release_sums(_sum_rows(8.0), tmp_path))
+    assert result.passed, str(result)
+    assert result.epsilon_lb >= 0.79 - 0.15, str(result)
+
+
+def test_sum_negative_control_skipped_clamp_is_caught(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = aggregate.bound_and_aggregate
+
+    def unclamped(table: pa.Table, params: Any, key: bytes) -> Any:  # [0, 8] claimed, not applied
+        return real(table, dataclasses.replace(params, upper=15.99), key)
+
+    monkeypatch.setattr(aggregate, "bound_and_aggregate", unclamped)
+    result = _audit(*_release_sums(_sum_rows(15.9), tmp_path))
     assert not result.passed, str(result)
