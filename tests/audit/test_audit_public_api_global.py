@@ -30,13 +30,21 @@ Pairs and expected bounds (formulae: ``test_audit_core``; m = n/2 test draws a s
   the planned aggregator fed answers of chunks built by row instead of by person (every chunk
   moves): expected ε_lb ≈ 6.3 at n = 2·10^4.
 
+* Top partition (stability-based release), (ε, δ) = (1, 10^-6): 20 persons in ``a`` and 7 in
+  ``b`` against 19 and 7 (``test_audit_local_sensitivity``'s pair, tight: ln-ratio exactly ε;
+  its distances 14 and 13 straddle the threshold T = 14). Expected ε_lb ≈ 0.84 at n = 4·10^4.
+  Negative control: the share ε = 3/2 claimed as ε = 1, on the pair that straddles *its*
+  threshold (the planner lowers T with ε, so the ε = 1 pair would be released almost always):
+  ln-ratio 1.5, expected ε_lb ≈ 1.26.
+
 Measured with the fixed secrets: median 0.368 (pass), 3.532 (caught); sample-and-aggregate 0.916
-(pass), 6.019 (caught).
+(pass), 6.019 (caught); top partition 0.837 (pass), 1.271 (caught, T = 10 at ε = 3/2).
 """
 
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -50,24 +58,36 @@ from tests.audit.harness import assert_caught, assert_private
 from tests.audit.test_audit_sample_aggregate import by_row
 from tests.audit.test_audit_sample_aggregate import data as saa_data
 from userdp.transforms.chunking import chunk_answers, chunk_key
+from userdp.transforms.mechanisms.ptr import distance_threshold
 from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
+from userdp.transforms.mechanisms.stability import top_partition_distance
 
 pytestmark = pytest.mark.slow  # Beam pipelines and 10^4–10^5 draws a side
 
+Counts = tuple[tuple[str, int], ...]  # (partition, persons) pairs
 KEY = ReleaseKey(bytes(range(32)))
 DELTA = 1e-6
 X_MEDIAN, X_PRIME_MEDIAN = (0.0, 0.0, 10.0, 10.0, 10.0), (0.0, 0.0, 10.0, 10.0)
-N_MEDIAN, N_SAA, N_CONTROL = 20_000, 100_000, 20_000
+N_MEDIAN, N_SAA, N_CONTROL, N_TOP = 20_000, 100_000, 20_000, 40_000
 
 
 def _run(
-    rows: pa.Table, metric: beam.PTransform[Any, Any], budget: dp.Budget, out_dir: Path
+    rows: pa.Table,
+    metric: beam.PTransform[Any, Any],
+    budget: dp.Budget,
+    out_dir: Path,
+    *,
+    keys: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
     """Runs ``"q" >> metric`` on ``rows`` (person column ``person``, value ``v``) through the
     public API → (released rows as dicts, the plan the release booked for ``q``)."""
     release = dp.Release._for_launcher(budget, KEY, noise=True)
     with beam.Pipeline() as p:
-        people = p | beam.Create([rows]) | release.ByPerson("person", values=["v"])
+        people = (
+            p
+            | beam.Create([rows])
+            | release.ByPerson("person", keys=keys or {}, values=[] if keys else ["v"])
+        )
         released = people | "q" >> metric
         _ = (
             released
@@ -165,3 +185,53 @@ def test_sample_aggregate_negative_control_row_chunks_is_caught(tmp_path: Path) 
     assert_caught(
         run, (True, True), (False, True), epsilon=1.0, n=N_CONTROL, label="api-saa-control"
     )
+
+
+# ------------------------------------------------------------------------------ top partition
+
+
+def _top_pair(threshold: int) -> tuple[Counts, Counts]:
+    """The pair at threshold T: ``a`` leads ``b`` (7 persons) by distance T, then T − 1."""
+    return (("a", threshold + 6), ("b", 7)), (("a", threshold + 5), ("b", 7))
+
+
+def _top_partition(epsilon: float, out_dir: Path) -> tuple[Any, tuple[Counts, Counts]]:
+    """The public API's planned stability mechanism and the pair at its threshold, after
+    checking the pipeline's release on x."""
+    metric = dp.TopPartition(by=["page"], epsilon=epsilon, delta=DELTA)
+    budget = dp.Budget(epsilon=epsilon, delta=DELTA)
+    threshold = distance_threshold(Fraction(epsilon), Fraction(DELTA))
+    x, x_prime = _top_pair(threshold)
+    pages = [page for page, persons in x for _ in range(persons)]
+    rows = pa.table({"person": [f"p{i}" for i in range(len(pages))], "page": pages})
+    out, plan = _run(rows, metric, budget, out_dir, keys={"page": "string"})
+    assert plan.mechanism.threshold == threshold
+    assert top_partition_distance(dict(x)) == ("a", threshold)
+    top = plan.mechanism.release({(k,): c for k, c in x}, KEY.for_query("q").rng("value"))
+    assert out == [{"page": None if top is None else top[0], "released": top is not None}]
+    return plan.mechanism, (x, x_prime)
+
+
+def _top_draw(mechanism: Any) -> Any:
+    def run(counts: Counts, rng: KeyedRng) -> object:
+        return mechanism.release({(k,): c for k, c in counts}, rng)
+
+    return run
+
+
+def test_top_partition_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    mechanism, (x, x_prime) = _top_partition(1.0, tmp_path)
+    assert mechanism.threshold == 14  # the pair of test_audit_local_sensitivity
+    result = assert_private(
+        _top_draw(mechanism), x, x_prime,
+        epsilon=1.0, delta=DELTA, n=N_TOP, label="api-top",
+    )  # fmt: skip
+    assert result.epsilon_lb >= 0.7, str(result)
+
+
+def test_top_partition_negative_control_share_not_the_claim_is_caught(tmp_path: Path) -> None:
+    mechanism, (x, x_prime) = _top_partition(1.5, tmp_path)
+    assert_caught(
+        _top_draw(mechanism), x, x_prime,
+        epsilon=1.0, delta=DELTA, n=N_TOP, label="api-top-control",
+    )  # fmt: skip
