@@ -36,9 +36,15 @@ Pairs and expected bounds (formulae: ``test_audit_core``; m = n/2 test draws a s
   Negative control: the share ε = 3/2 claimed as ε = 1, on the pair that straddles *its*
   threshold (the planner lowers T with ε, so the ε = 1 pair would be released almost always):
   ln-ratio 1.5, expected ε_lb ≈ 1.26.
+* PTR mean of per-person values in [0, 1], proposed bound b = 1/200, (ε, δ) = (1, 10^-6):
+  200 + T persons with value 0 against the same plus one with 1 (``test_audit_local_sensitivity``'s
+  pair: distances T and T + 1 straddle the threshold T = 27). Expected ε_lb ≈ 0.53 at
+  n = 4·10^4. Negative control: the share ε = 3 claimed as ε = 1, on the pair at its own
+  threshold (T = 10): the best event's ln-ratio grows with ε, expected well above 1.
 
 Measured with the fixed secrets: median 0.368 (pass), 3.532 (caught); sample-and-aggregate 0.916
-(pass), 6.019 (caught); top partition 0.837 (pass), 1.271 (caught, T = 10 at ε = 3/2).
+(pass), 6.019 (caught); top partition 0.837 (pass), 1.271 (caught, T = 10 at ε = 3/2);
+PTR mean 0.473 (pass), 1.315 (caught).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from tests.audit.harness import assert_caught, assert_private
 from tests.audit.test_audit_sample_aggregate import by_row
 from tests.audit.test_audit_sample_aggregate import data as saa_data
 from userdp.transforms.chunking import chunk_answers, chunk_key
-from userdp.transforms.mechanisms.ptr import distance_threshold
+from userdp.transforms.mechanisms.ptr import PTRMean, distance_threshold
 from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
 from userdp.transforms.mechanisms.stability import top_partition_distance
 
@@ -234,4 +240,52 @@ def test_top_partition_negative_control_share_not_the_claim_is_caught(tmp_path: 
     assert_caught(
         _top_draw(mechanism), x, x_prime,
         epsilon=1.0, delta=DELTA, n=N_TOP, label="api-top-control",
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------- PTR mean
+
+
+def _ptr_mean(epsilon: float, out_dir: Path) -> tuple[Any, tuple[Any, Any]]:
+    """The public API's planned PTR mean and the pair at its threshold, after checking the
+    pipeline's release on x."""
+    b = Fraction(1, 200)
+    threshold = PTRMean(0, 1, bound=b, epsilon=Fraction(epsilon), delta=Fraction(DELTA))
+    x = np.zeros(200 + threshold.calibration.threshold)
+    x_prime = np.append(x, 1.0)
+    rows = pa.table({"person": [f"p{i}" for i in range(len(x))], "v": x})
+    metric = dp.PtrMean(
+        value="v", per_person="mean", bounds=[0, 1], bound=b, epsilon=epsilon, delta=DELTA
+    )
+    out, plan = _run(rows, metric, dp.Budget(epsilon=epsilon, delta=DELTA), out_dir)
+    mechanism = plan.mechanism
+    assert mechanism.calibration.threshold == threshold.calibration.threshold
+    draw = mechanism.release(x, KEY.for_query("q").rng("value"))
+    assert out == [{"value": None if draw is None else float(draw), "released": draw is not None}]
+    return mechanism, (tuple(x), tuple(x_prime))
+
+
+def _ptr_draw(mechanism: Any) -> Any:
+    def run(values: tuple[float, ...], rng: KeyedRng) -> float | None:
+        out = mechanism.release(np.array(values), rng)
+        return None if out is None else float(out)
+
+    return run
+
+
+def test_ptr_mean_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    mechanism, (x, x_prime) = _ptr_mean(1.0, tmp_path)
+    assert mechanism.calibration.threshold == 27  # the pair of test_audit_local_sensitivity
+    result = assert_private(
+        _ptr_draw(mechanism), x, x_prime,
+        epsilon=1.0, delta=DELTA, n=N_TOP, label="api-ptr-mean",
+    )  # fmt: skip
+    assert result.epsilon_lb >= 0.4, str(result)
+
+
+def test_ptr_mean_negative_control_share_not_the_claim_is_caught(tmp_path: Path) -> None:
+    mechanism, (x, x_prime) = _ptr_mean(3.0, tmp_path)
+    assert_caught(
+        _ptr_draw(mechanism), x, x_prime,
+        epsilon=1.0, delta=DELTA, n=N_TOP, label="api-ptr-mean-control",
     )  # fmt: skip
