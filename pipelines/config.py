@@ -25,10 +25,6 @@ from .config_fields import (
     MISSING,
     ConfigError,
     Validator,
-    parse_bounds,
-    parse_by,
-    parse_partitions,
-    parse_shares,
 )
 from .config_model import (
     BUDGET_KEYS,
@@ -47,7 +43,7 @@ from .config_model import (
     RunnerConfig,
 )
 from .config_paths import check_private_paths
-from .kinds import METRIC_KINDS, kind_for, option_kind
+from .kinds import METRIC_KINDS, kind_for
 from .kinds.base import QuerySection
 
 __all__ = [
@@ -73,8 +69,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 INPUT_FORMATS = ("parquet", "avro", "csv", "jsonl")
 OUTPUT_FORMATS = ("parquet", "avro", "csv", "json")
 RUNNER_NAMES = ("direct", "portable", "flink", "dataflow")
-METRICS = ("count", "persons", "sum", "mean")
-NOISES = ("laplace", "gaussian")
 PERSON_TYPES = ("string", "int")
 COLUMN_TYPES = ("string", "int", "float", "bool")
 _EXTENSIONS = {".parquet": "parquet", ".avro": "avro", ".csv": "csv", ".jsonl": "jsonl"}
@@ -105,16 +99,6 @@ _NO_BUDGET = (
 _BAD_NAME = (
     "1-100 of A-Z a-z 0-9 _ . - (not starting with . or -), not 'manifest'",
     "the name is the output file name",
-)
-_L_WITHOUT_BY = ("1 for a query without `by`", "without `by` there is one partition")
-_PRIVATE_NEEDS_DELTA = (
-    "a delta > 0 for private partition selection",
-    "give delta in [budget] (and in this query's share if it states epsilon), or "
-    "partitions = a file of public keys",
-)
-_GAUSSIAN_NEEDS_DELTA = (
-    "laplace, or a delta > 0 for gaussian noise",
-    "gaussian noise under an epsilon total needs delta (or use rho)",
 )
 
 
@@ -349,37 +333,5 @@ def _parse_query(
     name = v.string(q, f"{k}.name")
     if not _NAME.fullmatch(name) or name.lower() in _RESERVED_NAMES:
         v.fail(f"{k}.name", name, *_BAD_NAME)
-    metric = v.choice(q, f"{k}.metric", (*METRICS, *METRIC_KINDS))
-    if metric in METRIC_KINDS:
-        return kind_for(metric).parse(QuerySection(v, q, i, budget, prefix=k))
-    if metric in ("count", "sum") and "bound" in q:  # bound = "auto": a private clamp choice
-        return option_kind("auto_bound").parse(QuerySection(v, q, i, budget, prefix=k))
-    v.keys(q, f"{k}.", QUERY_KEYS)
-    by = parse_by(v, q, k)
-    value = v.string(q, f"{k}.value", required=metric in ("sum", "mean"))
-    if value is not None and metric in ("count", "persons"):
-        v.fail(f"{k}.value", value, f"no value for metric {metric!r}", "remove `value`")
-    if metric in ("count", "persons") and "bounds" in q:
-        v.fail(f"{k}.bounds", q["bounds"], f"no bounds for metric {metric!r}", "remove `bounds`")
-    bounds = parse_bounds(v, q, k, required=metric in ("sum", "mean"), metric=metric)
-    L = v.integer(q, f"{k}.max_partitions_per_person", required=bool(by), default=1)
-    if not by and L != 1:
-        v.fail(f"{k}.max_partitions_per_person", L, *_L_WITHOUT_BY)
-    C = v.integer(q, f"{k}.max_rows_per_partition", required=metric != "persons", default=1)
-    partitions = parse_partitions(v, q, k, by)
-    is_rho = budget.rho is not None
-    noise = v.choice(q, f"{k}.noise", NOISES, default="gaussian" if is_rho else "laplace")
-    private = partitions == "private"
-    eps, delta, rho = parse_shares(
-        v,
-        q,
-        k,
-        budget,
-        spends_delta=(f"{k}.partitions", "private", *_PRIVATE_NEEDS_DELTA) if private else None,
-        delta_under_epsilon=(f"{k}.noise", noise, *_GAUSSIAN_NEEDS_DELTA)
-        if noise == "gaussian"
-        else None,
-    )
-    return QueryConfig(
-        name, metric, tuple(by), value, bounds, L, C, partitions, noise, eps, delta, rho
-    )
+    metric = v.choice(q, f"{k}.metric", tuple(METRIC_KINDS))
+    return kind_for(metric).parse(QuerySection(v, q, i, budget, prefix=k))

@@ -21,7 +21,7 @@ from apache_beam.transforms import combiners
 from userdp.transforms.by_person import ByPerson
 from userdp.transforms.keys import ReleaseKeys
 from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.metrics import PlannedQuery, output_columns, query_columns
+from userdp.transforms.metrics import PlannedQuery, query_columns
 from userdp.transforms.noisy_combine import canonical_key_string
 from userdp.transforms.release import Budget, Release
 
@@ -146,7 +146,7 @@ def build_pipeline(
     key_types = dict(schema.keys)
     for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
         released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]")
-        columns = output_columns(planned)
+        columns = planned.output_columns
         by = pa.schema([pa.field(c, key_types[c]) for c in q.by])
         path = FileSystems.join(out_dir, q.name)
         _ = released | f"{q.name}/Write" >> WriteQueryOutput(by, columns, path, job.output.format)

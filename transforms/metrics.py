@@ -16,7 +16,6 @@ PCollection of ``beam.Row`` with the ``by`` columns, then the released columns (
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,9 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import apache_beam as beam
 from apache_beam.pvalue import Row
 
-from .aggregate import BoundAndAggregate
 from .by_person import People, people_of
-from .noisy_combine import ReleaseNoisily
 from .release import ReleaseError
 
 if TYPE_CHECKING:
@@ -34,32 +31,17 @@ if TYPE_CHECKING:
 
     from userdp.pipelines.config_model import QueryConfig
     from userdp.pipelines.kinds.base import KindPlan
-    from userdp.pipelines.plan import QueryPlan
 
     from .release import Release
 
-AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
 PUBLIC_PARTITIONS = "public (listed in the transform)"  # `partitions` of a library query
 
 
 def query_columns(q: QueryConfig) -> dict[str, str]:
-    """Column → role ("key" or "number") the query reads (its kind's, or by/value)."""
+    """Column → role ("key" or "number") the query reads, as its kind states."""
     from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
 
-    kind = kind_of(q)
-    if kind is not None:
-        return kind.required_columns(q)
-    out = dict.fromkeys(q.by, "key")
-    if q.value is not None:
-        out[q.value] = "number"
-    return out
-
-
-def output_columns(plan: QueryPlan | KindPlan) -> tuple[tuple[str, str], ...]:
-    """(name, type) of the released columns after the ``by`` columns."""
-    from userdp.pipelines.plan import QueryPlan  # noqa: PLC0415
-
-    return AGGREGATE_COLUMNS if isinstance(plan, QueryPlan) else plan.output_columns
+    return kind_of(q).required_columns(q)
 
 
 def _check_columns(q: QueryConfig, people: People, label: str) -> None:
@@ -84,20 +66,18 @@ class PlannedQuery(beam.PTransform[Any, Any]):
 
     ``plan`` comes from :func:`userdp.pipelines.plan.plan_query` (the job file plans all its
     queries first; a metric transform plans itself from its share). Books the plan's share with
-    the release, then adds the query's steps: bound and aggregate then the noisy combine for the
-    bounded aggregates, the kind's own steps for the others. Not a public name: a plan made by
+    the release, then adds the steps of the query's kind (for the bounded aggregates: bound and
+    aggregate, then the noisy combine). Not a public name: a plan made by
     hand could claim a share that does not match its noise.
     """
 
-    def __init__(self, query: QueryConfig, plan: QueryPlan | KindPlan, label: str) -> None:
+    def __init__(self, query: QueryConfig, plan: KindPlan, label: str) -> None:
         super().__init__()
         self._query, self._plan, self._what = query, plan, label
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
         from userdp.pipelines.kinds.base import BuildContext  # noqa: PLC0415
-        from userdp.pipelines.plan import QueryPlan  # noqa: PLC0415
-        from userdp.pipelines.public_keys import typed_public_keys  # noqa: PLC0415
 
         people = people_of(rows, self._what)
         release, q, plan = people.release, self._query, self._plan
@@ -105,26 +85,11 @@ class PlannedQuery(beam.PTransform[Any, Any]):
         release._bind(rows.pipeline)
         selection_delta = getattr(plan, "selection_delta", Fraction(0))
         release._register(q.name, plan, selection_delta)
-        keys, noise = release._query_keys(), release._noise
-        if isinstance(plan, QueryPlan):
-            params = plan.params
-            if params.public_partitions is not None:
-                typed = typed_public_keys(
-                    params.public_partitions, params.bounding.by, people.schema
-                )
-                params = dataclasses.replace(params, public_partitions=typed)
-            bounding_key = keys.subkey("bounding")
-            released = (
-                people.shards()
-                | "BoundAndAggregate" >> BoundAndAggregate(params.bounding, bounding_key)
-                | "Release" >> ReleaseNoisily(params, keys, noise=noise)
-            )
-        else:
-            kind = kind_of(q)
-            assert kind is not None  # a plan that is not a QueryPlan comes from a kind
-            ctx = BuildContext(people.schema, keys, noise, people.num_shards, people.shards)
-            released = kind.expand(rows, plan, ctx)
-        order = (*q.by, *(c for c, _ in output_columns(plan)))
+        ctx = BuildContext(
+            people.schema, release._query_keys(), release._noise, people.num_shards, people.shards
+        )
+        released = kind_of(q).expand(rows, plan, ctx)
+        order = (*q.by, *(c for c, _ in plan.output_columns))
         out: PCollection[Any] = released | "ToRows" >> beam.Map(_to_row, order)
         return out
 
@@ -200,7 +165,7 @@ def _key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
 
 def _plan(
     q: QueryConfig, people: People, label: str, public: tuple[tuple[Any, ...], ...] | None
-) -> QueryPlan | KindPlan:
+) -> KindPlan:
     """The query's plan from its explicit share (the library has no "rest, evenly")."""
     from userdp.pipelines.kinds.base import PlanContext  # noqa: PLC0415
     from userdp.pipelines.plan import explicit_share, plan_query, spends_delta  # noqa: PLC0415

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
     from userdp.pipelines.config_model import BudgetConfig
     from userdp.pipelines.kinds.base import KindPlan
-    from userdp.pipelines.plan import QueryPlan
 
     from .by_person import ByPerson
 
@@ -93,7 +92,7 @@ class Budget:
 
 @dataclass
 class _Registered:
-    plan: QueryPlan | KindPlan
+    plan: KindPlan
     selection_delta: Fraction  # under a zCDP total: the δ this query's selection spends
 
 
@@ -188,7 +187,7 @@ class Release:
                 "transform its own name, e.g. 'visits_by_day' >> Count(...)"
             )
 
-    def _register(self, name: str, plan: QueryPlan | KindPlan, selection_delta: Fraction) -> None:
+    def _register(self, name: str, plan: KindPlan, selection_delta: Fraction) -> None:
         """Books ``plan.share``; raises before anything is built if the shares exceed the total."""
         self._check_name(name)
         total = self.budget.guarantee()

@@ -1,11 +1,13 @@
-"""Query kinds beyond the bounded aggregates: one module per family of mechanisms.
+"""Query kinds: one module per family of mechanisms, one registry from metric to module.
 
-The four bounded aggregates (``count``, ``persons``, ``sum``, ``mean``) are planned by
-``pipelines/plan.py`` and built by ``pipelines/job.py``. Every other metric belongs to a *kind*: a
-module in this package that exposes ``KIND``, an object with the :class:`~.base.QueryKind`
-interface (parse its keys, plan it from its budget share, add its steps to the pipeline). The table
-below maps each metric to its module; modules load only when a job uses them, so ``userdp plan``
-stays fast and a kind's dependencies (scipy, for instance) load only where needed.
+Every metric belongs to a *kind*: a module in this package that exposes ``KIND``, an object with
+the :class:`~.base.QueryKind` interface (parse its keys, plan it from its budget share, add its
+steps to the pipeline). :data:`METRIC_KINDS` below is the only registry: adding a metric is its
+module plus one line here. Variants of a metric chosen by one of its keys — the quantile's
+``method``, ``bound = "auto"`` of count and sum — are routed by the metric's own kind
+(:mod:`.quantile`, :mod:`.aggregate`), never by the job layer. Modules load only when a job uses
+them, so ``userdp plan`` stays fast and a kind's dependencies (scipy, for instance) load only where
+needed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ from .base import QueryKind
 if TYPE_CHECKING:
     from ..config import QueryConfig
 
-# metric → module defining KIND. The bounded aggregates are not here (see the docstring).
+# metric → module defining KIND.
 METRIC_KINDS: dict[str, str] = {
+    # bounded aggregates (L partitions, C rows, value bounds; bound = "auto" inside)
+    "count": "userdp.pipelines.kinds.aggregate",
+    "persons": "userdp.pipelines.kinds.aggregate",
+    "sum": "userdp.pipelines.kinds.aggregate",
+    "mean": "userdp.pipelines.kinds.aggregate",
     # order statistics: the method (smooth sensitivity, shifted inverse) is a key of the query
     "median": "userdp.pipelines.kinds.quantile",
     "quantile": "userdp.pipelines.kinds.quantile",
@@ -38,27 +45,12 @@ METRIC_KINDS: dict[str, str] = {
 }
 
 
-# Kinds chosen by a key of a bounded-aggregate metric rather than by the metric itself:
-# ``count``/``sum`` with ``bound = "auto"`` choose their clamp privately (issue 5). Such a kind's
-# parse stores ``options["kind"]`` so planning and building find it again.
-OPTION_KINDS: dict[str, str] = {"auto_bound": "userdp.pipelines.kinds.auto_bound"}
-
-
 def kind_for(metric: str) -> QueryKind:
-    """The kind that handles ``metric`` (a KeyError for the bounded aggregates or unknowns)."""
+    """The kind that handles ``metric`` (a KeyError for an unknown metric)."""
     module = importlib.import_module(METRIC_KINDS[metric])
     return cast(QueryKind, module.KIND)
 
 
-def option_kind(name: str) -> QueryKind:
-    """The kind registered in :data:`OPTION_KINDS` under ``name``."""
-    module = importlib.import_module(OPTION_KINDS[name])
-    return cast(QueryKind, module.KIND)
-
-
-def kind_of(query: QueryConfig) -> QueryKind | None:
-    """The kind that plans and builds ``query``; None for a bounded aggregate."""
-    if query.metric in METRIC_KINDS:
-        return kind_for(query.metric)
-    name = query.options.get("kind")
-    return option_kind(str(name)) if name is not None else None
+def kind_of(query: QueryConfig) -> QueryKind:
+    """The kind that plans and builds ``query``."""
+    return kind_for(query.metric)

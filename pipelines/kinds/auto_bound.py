@@ -14,7 +14,8 @@ The chosen B is data-dependent but released by a DP mechanism, so it is publishe
 row (``bound``, with ``value`` and ``stddev``); the manifest records only public facts — the
 candidates, the choice's mechanism and budget, the noise's budget. ``by`` with a file of public
 ``partitions`` and ``max_partitions_per_person`` (L) chooses a bound per partition with 1/L of the
-share each. Registered in :data:`pipelines.kinds.OPTION_KINDS` as ``auto_bound``.
+share each. Reached through the ``count``/``sum`` kind (:mod:`.aggregate`), which routes a query
+with ``bound`` here.
 """
 
 from __future__ import annotations

@@ -23,10 +23,14 @@ def test_plan_prints_split_mechanisms_and_errors(capsys: pytest.CaptureFixture[s
     assert main(["plan", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "budget: total (ε=1, δ=1e-06); spent (ε=1, δ=1e-06)" in out
-    assert "visits_per_domain: count by domain; share (ε=0.5, δ=5e-07)" in out
+    assert "visits_per_domain: share (ε=0.5, δ=5e-07)\n  count by domain\n" in out
     assert "selection: LaplaceThresholding ε=0.25, δ=5e-07" in out
     assert "count: Laplace ε=0.25, L1 sens 15" in out and "95% error ±179.7" in out
-    assert "mean_duration_per_domain: mean by domain" in out and "rows: stddev" in out
+    assert (
+        "mean_duration_per_domain: share" in out
+        and "  mean by domain\n" in out
+        and "rows: stddev" in out
+    )
 
 
 def test_plan_bad_job_exits_2_with_the_message(

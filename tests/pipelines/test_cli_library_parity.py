@@ -21,7 +21,6 @@ from userdp.pipelines.kinds import METRIC_KINDS
 from userdp.pipelines.release_graph import WriteQueryOutput
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import resolve_function
-from userdp.transforms.metrics import output_columns
 
 from .test_hostile_person import SCHEMA, _base_rows, _queries
 
@@ -88,7 +87,7 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
             by = pa.schema([pa.field(c, pa.string()) for c in q.by])
             path = FileSystems.join(str(lib_dir), q.name)
             _ = released | f"{q.name}/write" >> WriteQueryOutput(
-                by, output_columns(planned), path, "parquet"
+                by, planned.output_columns, path, "parquet"
             )
 
     assert release.manifest()["queries"] == cli_manifest["queries"]

@@ -56,8 +56,8 @@ SI = "userdp.pipelines.kinds.shifted_inverse"
 @pytest.fixture(autouse=True)
 def register(monkeypatch: pytest.MonkeyPatch) -> None:
     """total / max / distinct → the shifted-inverse kind (the lead adds them to METRIC_KINDS);
-    median / quantile reach it through the real method dispatcher, auto bounds through
-    OPTION_KINDS."""
+    median / quantile reach it through the real method dispatcher, auto bounds through the
+    aggregate kind."""
     for metric in ("total", "max", "distinct"):
         monkeypatch.setitem(kinds.METRIC_KINDS, metric, SI)
 

@@ -12,7 +12,8 @@ import pytest
 
 from tests.pipelines.test_config import EXAMPLE, job, query
 from userdp.pipelines.config import ConfigError, load_job, parse_job
-from userdp.pipelines.plan import LN20, Z95, plan_release
+from userdp.pipelines.kinds.aggregate_plan import LN20, Z95
+from userdp.pipelines.plan import plan_release
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.partition_selection import (

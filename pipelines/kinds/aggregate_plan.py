@@ -1,0 +1,334 @@
+"""The bounded aggregates' plan: ``count``, ``persons``, ``sum`` and ``mean`` from a budget share.
+
+Each person is bounded to ``max_partitions_per_person`` (L) partitions and
+``max_rows_per_partition`` (C) rows in each (values clamped to ``bounds``); the statistic gets
+Laplace or Gaussian noise calibrated to the sensitivity those bounds imply, and private partitions
+add a thresholding selection. Rules for a query's share (what the manifest records under
+``selection`` and ``statistic``):
+
+* Public partitions or no ``by``: the whole share goes to the statistic.
+* Private partitions, Laplace noise, (ε, δ) share: ``LaplaceThresholding`` on the person count
+  with ε/2 and all of δ; the statistic gets the other ε/2. For metric ``persons`` the thresholding's
+  own noisy count *is* the released value, so selection takes the whole ε and no other noise is
+  drawn (``QueryPlan.releases_selection_count``).
+* Private partitions, Gaussian noise, (ε, δ) share: ρ = ``zcdp_budget_for((ε, δ/2))``;
+  ``GaussianThresholding`` with ρ/2 and δ/2; the statistic gets ρ/2. The whole is ρ-zCDP → (ε, δ/2)
+  for the counts plus δ/2 for the selection: (ε, δ)-DP.
+* zCDP total (ρ, plus a δ for selection): ``GaussianThresholding`` with ρ/2 and the query's δ; the
+  statistic gets ρ/2 (Gaussian, or Laplace with the largest ε such that ε²/2 ≤ its ρ).
+* ``mean``: the statistic's budget is split evenly between the centred sum and the row count.
+
+Sensitivities follow docs/release-job-contracts.md; bounds are widened to the fixed-point grid
+(``transforms.params.quantum_exponent``) when they are not on it, so rounding cannot exceed them.
+Guarantee: the noise's (pure ε or ρ-zCDP) composed with the selection's (ε, δ), add/remove one
+person; proofs in docs/release-job-contracts.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, cast
+
+from userdp.transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    PureDP,
+    epsilon_within_rho,
+    float_down,
+    float_up,
+    zcdp_budget_for,
+)
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.discrete import discrete_laplace_std
+from userdp.transforms.mechanisms.partition_selection import (
+    GaussianThresholding,
+    LaplaceThresholding,
+)
+from userdp.transforms.params import (
+    BoundingParams,
+    Metric,
+    NoiseMechanism,
+    ReleaseParams,
+    SelectionRule,
+    quantum_exponent,
+)
+
+from ..config import ConfigError, QueryConfig
+from .base import PlanContext
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
+AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Add/remove one person: change of one partition's statistic, L1 and L2 over partitions."""
+
+    per_partition: float
+    l1: float
+    l2: float
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One query, planned. ``stddev``/``error95`` are of the released statistic's noise; for
+    ``mean`` they are of the noisy centred sum, ``count_stddev`` of the noisy row count, and
+    :meth:`mean_stddev` gives the first-order stddev of the mean at n rows."""
+
+    params: ReleaseParams
+    share: Budget  # the query's share of the total, in the total's kind (as split)
+    selection_delta: Fraction  # δ of the selection under a zCDP total (in ``share`` otherwise)
+    statistic_budget: Budget  # what the statistic's noise spends (for mean: both sums together)
+    sensitivity: Sensitivity  # of the released statistic (mean: of the centred sum)
+    count_sensitivity: Sensitivity | None  # mean only: of the row count
+    stddev: float
+    error95: float
+    count_stddev: float | None
+    releases_selection_count: bool  # persons + Laplace thresholding: its noisy count is released
+    n_public_partitions: int | None
+
+    @property
+    def name(self) -> str:
+        return self.params.name
+
+    @property
+    def by(self) -> tuple[str, ...]:
+        return self.params.bounding.by
+
+    @property
+    def output_columns(self) -> tuple[tuple[str, str], ...]:
+        return AGGREGATE_COLUMNS
+
+    def mean_stddev(self, rows: float) -> float:
+        """≈ stddev of a noisy mean at ``rows`` rows: √(σ_s² + h²σ_c²)/rows, h = (hi − lo)/2 (the
+        delta method with |mean − mid| ≤ h; ignores the max(1, ·) and the clamp)."""
+        if self.count_stddev is None:
+            raise ValueError(f"query {self.name!r} is not a mean")
+        b = self.params.bounding
+        h = (b.upper - b.lower) / 2
+        return math.hypot(self.stddev, h * self.count_stddev) / max(1.0, rows)
+
+    def to_manifest(self) -> dict[str, Any]:
+        p, b = self.params, self.params.bounding
+        out: dict[str, Any] = {
+            "name": p.name,
+            "metric": p.metric,
+            "by": list(b.by),
+            "value": b.value,
+            "bounds": [b.lower, b.upper] if b.value is not None else None,
+            "max_partitions_per_person": b.max_partitions_per_person,
+            "max_rows_per_partition": b.max_rows_per_partition,
+            "share": self.share.to_manifest(),
+            "partitions": "private" if p.selection else "public" if b.by else "none",
+            "n_public_partitions": self.n_public_partitions,
+            "statistic": {
+                "budget": self.statistic_budget.to_manifest(),
+                "mechanism": _describe(p.noise),
+                "sensitivity": vars(self.sensitivity),
+                "stddev": self.stddev,
+                "error95_half_width": self.error95,
+                "drawn_from": "selection noisy count" if self.releases_selection_count else "noise",
+            },
+        }
+        if p.count_noise is not None and self.count_sensitivity is not None:
+            out["statistic"]["count_mechanism"] = _describe(p.count_noise)
+            out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
+            out["statistic"]["count_stddev"] = self.count_stddev
+        out["selection"] = _describe_selection(p.selection, self.selection_delta)
+        return out
+
+    def plan_lines(self) -> list[str]:
+        """``userdp plan``: bounds, selection, each noise's scale and 95% error half-width."""
+        p, b = self.params, self.params.bounding
+        values = f" values in [{b.lower:g}, {b.upper:g}]" if b.value is not None else ""
+        lines = [
+            f"{p.metric} by {', '.join(b.by) if b.by else '(everything)'}",
+            f"bounds: L={b.max_partitions_per_person} C={b.max_rows_per_partition}{values}",
+        ]
+        if p.selection is not None:
+            s = p.selection
+            budget = f"ε={float(s.epsilon):.4g}" if hasattr(s, "epsilon") else ""
+            budget = budget or f"ρ={float(getattr(s, 'rho', 0)):.4g}"
+            lines.append(
+                f"selection: {type(s).__name__} {budget}, δ={float(s.delta):.3g}, "
+                f"keeps a partition with ≥ {s.half_keep_count} persons half the time"
+            )
+        elif self.n_public_partitions is not None:
+            lines.append(f"partitions: {self.n_public_partitions} public keys")
+        kind = type(p.noise).__name__.removesuffix("Mechanism")
+        if self.releases_selection_count:
+            kind = "the selection's noisy count (discrete Laplace)"
+        what = "centred sum (with rows: half each)" if p.metric == "mean" else p.metric
+        lines.append(
+            f"{what}: {kind} {self.statistic_budget}, L1 sens {self.sensitivity.l1:g}, "
+            f"L2 sens {self.sensitivity.l2:g}, stddev {self.stddev:.4g}, "
+            f"95% error ±{self.error95:.4g}"
+        )
+        if self.count_stddev is not None:
+            lines.append(
+                f"rows: stddev {self.count_stddev:.4g}; mean: stddev ≈ "
+                f"{self.mean_stddev(1.0):.4g}/n at n rows, 95% error ≈ "
+                f"±{1.96 * self.mean_stddev(1.0):.4g}/n"
+            )
+        return lines
+
+
+def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
+    share, sel_delta = ctx.share, ctx.delta
+    L, C = q.max_partitions_per_person, q.max_rows_per_partition
+    lo, hi = q.bounds if q.bounds is not None else (0.0, 0.0)
+    bounding = BoundingParams(q.by, q.value, lo, hi, L, C)
+    keys = ctx.public_keys() if q.partitions not in (None, "private") else None
+    private = q.private_partitions
+    laplace = q.noise == "laplace"
+    persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
+
+    needs_delta = private or (not laplace and not isinstance(share, ZCDP))
+    if needs_delta and isinstance(share, ApproxDP) and share.delta == 0:
+        raise ConfigError(
+            ctx.key,
+            str(share),
+            "a share with delta > 0",
+            "private partitions and gaussian noise need δ; the other queries' "
+            "explicit shares left none",
+            ctx.source,
+        )
+    selection: SelectionRule | None = None
+    stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
+    if isinstance(share, ZCDP):
+        if private:
+            selection = GaussianThresholding(share.rho / 2, sel_delta, L)
+        stat = ZCDP(share.rho / 2 if private else share.rho)
+    elif isinstance(share, ApproxDP) and not laplace:
+        rho = zcdp_budget_for(ApproxDP(share.epsilon, share.delta / 2 if private else share.delta))
+        if private:
+            selection = GaussianThresholding(rho.rho / 2, share.delta / 2, L)
+        stat = ZCDP(rho.rho / 2 if private else rho.rho)
+    else:
+        eps = share.epsilon
+        if private:
+            assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
+            selection = LaplaceThresholding(eps if persons_reuse else eps / 2, share.delta, L)
+        stat = PureDP(eps / 2 if private and not persons_reuse else eps)
+
+    sens, count_sens = _sensitivities(q, bounding)
+    parts = 2 if q.metric == "mean" else 1
+    noise = _mechanism(q.noise, stat, sens, parts)
+    count_noise = _mechanism(q.noise, stat, count_sens, parts) if count_sens else None
+    metric = cast(Metric, q.metric)
+    params = ReleaseParams(
+        q.name,
+        metric,
+        bounding,
+        noise,
+        count_noise,
+        keys,
+        selection,
+        release_selection_count=persons_reuse,
+    )
+    if persons_reuse and isinstance(selection, LaplaceThresholding):
+        stddev, err = discrete_laplace_std(selection.scale), float(selection.scale) * LN20
+    else:
+        stddev, err = noise.std, _error95(noise)
+    return QueryPlan(
+        params=params,
+        share=share,
+        selection_delta=sel_delta,
+        statistic_budget=stat,
+        sensitivity=sens,
+        count_sensitivity=count_sens,
+        stddev=stddev,
+        error95=err,
+        count_stddev=count_noise.std if count_noise else None,
+        releases_selection_count=persons_reuse,
+        n_public_partitions=len(keys) if keys is not None else None,
+    )
+
+
+def _sensitivities(q: QueryConfig, b: BoundingParams) -> tuple[Sensitivity, Sensitivity | None]:
+    L, C = b.max_partitions_per_person, b.max_rows_per_partition
+    rows = _sens(Fraction(C), L)
+    if q.metric == "persons":
+        return _sens(Fraction(1), L), None
+    if q.metric == "count":
+        return rows, None
+    g = Fraction(2) ** quantum_exponent(b.lower, b.upper)
+    lo, hi = Fraction(b.lower), Fraction(b.upper)  # the clamp's exact binary values
+    on_grid = all((x / g).denominator == 1 for x in (lo, hi, (lo + hi) / 2))
+    margin = 0 if on_grid else g  # rounding to the grid may step one quantum past a bound
+    if q.metric == "sum":
+        return _sens(C * (max(abs(lo), abs(hi)) + margin), L), None
+    return _sens(C * ((hi - lo) / 2 + margin), L), rows
+
+
+def _sens(per_partition: Fraction, L: int) -> Sensitivity:
+    # Rounded up to floats: a mechanism calibrated to a larger sensitivity is still private.
+    l2 = math.sqrt(L) * float(per_partition)
+    while Fraction(l2) ** 2 < L * per_partition**2:
+        l2 = math.nextafter(l2, math.inf)
+    return Sensitivity(float_up(per_partition), float_up(per_partition * L), l2)
+
+
+def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> NoiseMechanism:
+    if isinstance(stat, PureDP):
+        return LaplaceMechanism(sens.l1, float_down(stat.epsilon / parts))
+    assert isinstance(stat, ZCDP)
+    rho = stat.rho / parts
+    if noise == "gaussian":
+        return GaussianMechanism(sens.l2, float_down(rho))
+    return LaplaceMechanism(sens.l1, epsilon_within_rho(rho))  # Laplace inside a ρ share
+
+
+def _error95(m: NoiseMechanism) -> float:
+    return m.scale * LN20 if isinstance(m, LaplaceMechanism) else Z95 * m.std
+
+
+def _describe(m: NoiseMechanism) -> dict[str, Any]:
+    if isinstance(m, LaplaceMechanism):
+        return {
+            "kind": "laplace",
+            "epsilon": m.epsilon,
+            "l1_sensitivity": m.l1_sensitivity,
+            "scale": m.scale,
+            "granularity": m.granularity,
+            "stddev": m.std,
+        }
+    return {
+        "kind": "gaussian",
+        "rho": m.rho,
+        "l2_sensitivity": m.l2_sensitivity,
+        "stddev": m.std,
+        "granularity": m.granularity,
+    }
+
+
+def _describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
+    if isinstance(s, LaplaceThresholding):
+        return {
+            "rule": "laplace_thresholding",
+            "epsilon": exact_number(s.epsilon),
+            "delta": exact_number(s.delta),
+            "max_partitions_per_person": s.max_partitions_per_person,
+            "scale": exact_number(s.scale),
+            "threshold": s.threshold,
+            "delta_achieved": str(s.delta_achieved),
+        }
+    if isinstance(s, GaussianThresholding):
+        return {
+            "rule": "gaussian_thresholding",
+            "rho": exact_number(s.rho),
+            "delta": exact_number(s.delta),
+            "max_partitions_per_person": s.max_partitions_per_person,
+            "sigma2": exact_number(s.sigma2),
+            "threshold": s.threshold,
+            "delta_achieved": str(s.delta_achieved),
+        }
+    return None
+
+
+def exact_number(x: Fraction) -> dict[str, Any]:
+    return {"value": float(x), "exact": str(x)}
