@@ -7,10 +7,12 @@ add a thresholding selection. Rules for a query's share (what the manifest recor
 ``selection`` and ``statistic``):
 
 * Public partitions or no ``by``: the whole share goes to the statistic.
-* Private partitions, Laplace noise, (ε, δ) share: ``LaplaceThresholding`` on the person count
-  with ε/2 and all of δ; the statistic gets the other ε/2. For metric ``persons`` the thresholding's
-  own noisy count *is* the released value, so selection takes the whole ε and no other noise is
-  drawn (``QueryPlan.releases_selection_count``).
+* Private partitions, Laplace noise, (ε, δ) share: selection gets ε/2 and all of δ, with the rule
+  that keeps the most partitions at that budget (:func:`~userdp.transforms.mechanisms.
+  selection_choice.best_selection`: truncated geometric, or Gaussian thresholding converted to
+  (ε/2, δ) — chosen from ε, δ and L only); the statistic gets the other ε/2. For metric
+  ``persons`` a thresholding's own noisy count *is* the released value, so Laplace thresholding
+  takes the whole ε and no other noise is drawn (``QueryPlan.releases_selection_count``).
 * Private partitions, Gaussian noise, (ε, δ) share: ρ = ``zcdp_budget_for((ε, δ/2))``;
   ``GaussianThresholding`` with ρ/2 and δ/2; the statistic gets ρ/2. The whole is ρ-zCDP → (ε, δ/2)
   for the counts plus δ/2 for the selection: (ε, δ)-DP.
@@ -46,7 +48,9 @@ from userdp.transforms.mechanisms.discrete import discrete_laplace_std
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
+    TruncatedGeometricSelection,
 )
+from userdp.transforms.mechanisms.selection_choice import best_selection
 from userdp.transforms.params import (
     BoundingParams,
     Metric,
@@ -90,6 +94,7 @@ class QueryPlan:
     count_stddev: float | None
     releases_selection_count: bool  # persons + Laplace thresholding: its noisy count is released
     n_public_partitions: int | None
+    selection_budget: Budget | None = None  # what the selection spends, when it is (ε, δ)
 
     @property
     def name(self) -> str:
@@ -139,6 +144,8 @@ class QueryPlan:
             out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
             out["statistic"]["count_stddev"] = self.count_stddev
         out["selection"] = _describe_selection(p.selection, self.selection_delta)
+        if out["selection"] is not None and self.selection_budget is not None:
+            out["selection"]["budget"] = self.selection_budget.to_manifest()
         return out
 
     def plan_lines(self) -> list[str]:
@@ -153,8 +160,9 @@ class QueryPlan:
             s = p.selection
             budget = f"ε={float(s.epsilon):.4g}" if hasattr(s, "epsilon") else ""
             budget = budget or f"ρ={float(getattr(s, 'rho', 0)):.4g}"
+            spends = f" {self.selection_budget}" if self.selection_budget is not None else ""
             lines.append(
-                f"selection: {type(s).__name__} {budget}, δ={float(s.delta):.3g}, "
+                f"selection{spends}: {type(s).__name__} {budget}, δ={float(s.delta):.3g}, "
                 f"keeps a partition with ≥ {s.half_keep_count} persons half the time"
             )
         elif self.n_public_partitions is not None:
@@ -198,6 +206,7 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
             ctx.source,
         )
     selection: SelectionRule | None = None
+    selection_budget: Budget | None = None
     stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
     if isinstance(share, ZCDP):
         if private:
@@ -212,7 +221,11 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
         eps = share.epsilon
         if private:
             assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
-            selection = LaplaceThresholding(eps if persons_reuse else eps / 2, share.delta, L)
+            if persons_reuse:  # its noisy count is the released value: Laplace thresholding
+                selection = LaplaceThresholding(eps, share.delta, L)
+            else:  # keys only: the rule that keeps the most at (ε/2, δ) (selection_choice)
+                selection = best_selection(eps / 2, share.delta, L)
+            selection_budget = ApproxDP(eps if persons_reuse else eps / 2, share.delta)
         stat = PureDP(eps / 2 if private and not persons_reuse else eps)
 
     sens, count_sens = _sensitivities(q, bounding)
@@ -246,6 +259,7 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
         count_stddev=count_noise.std if count_noise else None,
         releases_selection_count=persons_reuse,
         n_public_partitions=len(keys) if keys is not None else None,
+        selection_budget=selection_budget,
     )
 
 
@@ -316,6 +330,16 @@ def _describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[st
             "scale": exact_number(s.scale),
             "threshold": s.threshold,
             "delta_achieved": str(s.delta_achieved),
+        }
+    if isinstance(s, TruncatedGeometricSelection):
+        return {
+            "rule": "truncated_geometric",
+            "epsilon": exact_number(s.epsilon),
+            "delta": exact_number(s.delta),
+            "max_partitions_per_person": s.max_partitions_per_person,
+            "per_partition": "(ε/L, δ/L), basic composition over a person's L partitions",
+            "always_keep_count": s.always_keep_count,
+            "half_keep_count": s.half_keep_count,
         }
     if isinstance(s, GaussianThresholding):
         return {

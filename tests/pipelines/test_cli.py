@@ -24,7 +24,8 @@ def test_plan_prints_split_mechanisms_and_errors(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "budget: total (ε=1, δ=1e-06); spent (ε=1, δ=1e-06)" in out
     assert "visits_per_domain: share (ε=0.5, δ=5e-07)\n  count by domain\n" in out
-    assert "selection: LaplaceThresholding ε=0.25, δ=5e-07" in out
+    assert "selection (ε=0.25, δ=5e-07): GaussianThresholding ρ=0.001574, δ=2.5e-07" in out
+    assert "keeps a partition with ≥ 214 persons half the time" in out
     assert "count: Laplace ε=0.25, L1 sens 15" in out and "95% error ±179.7" in out
     assert (
         "mean_duration_per_domain: share" in out

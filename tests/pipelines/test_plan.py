@@ -20,6 +20,7 @@ from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
 )
+from userdp.transforms.mechanisms.selection_choice import best_selection
 
 EPS_HALF = ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))
 
@@ -32,13 +33,11 @@ def test_example_plan_split_and_sensitivities() -> None:
     assert count.share == mean.share == EPS_HALF
 
     # count, private, Laplace: selection ε/2 with all of δ, statistic ε/2; rows: C, L·C, √L·C.
+    # At L = 5 the rule that keeps the most is Gaussian thresholding converted to (ε/2, δ).
     sel = count.params.selection
-    assert isinstance(sel, LaplaceThresholding)
-    assert (sel.epsilon, sel.delta, sel.max_partitions_per_person) == (
-        Fraction(1, 4),
-        Fraction(1, 2 * 10**6),
-        5,
-    )
+    assert sel == best_selection(Fraction(1, 4), Fraction(1, 2 * 10**6), 5)
+    assert isinstance(sel, GaussianThresholding) and sel.max_partitions_per_person == 5
+    assert count.selection_budget == ApproxDP(Fraction(1, 4), Fraction(1, 2 * 10**6))
     assert count.statistic_budget == PureDP(Fraction(1, 4))
     assert (count.sensitivity.per_partition, count.sensitivity.l1) == (3, 15)
     assert count.sensitivity.l2 == pytest.approx(3 * math.sqrt(5), rel=1e-15)
@@ -196,9 +195,11 @@ def test_manifest_is_public_json() -> None:
     assert m["config_hash"] == cfg.config_hash and m["userdp_version"]
     assert m["total"]["epsilon_exact"] == "1" and m["spent"] == m["total"]
     q0 = m["queries"][0]
-    assert q0["selection"]["rule"] == "laplace_thresholding"
-    assert q0["selection"]["threshold"] == plan.queries[0].params.selection.threshold  # type: ignore[union-attr]
-    assert q0["selection"]["delta"]["exact"] == "1/2000000"
+    sel = plan.queries[0].params.selection  # type: ignore[attr-defined]
+    assert q0["selection"]["rule"] == "gaussian_thresholding"
+    assert q0["selection"]["threshold"] == sel.threshold
+    assert q0["selection"]["delta"]["exact"] == str(sel.delta)  # its tail's part of δ
+    assert q0["selection"]["budget"]["delta_exact"] == "1/2000000"  # all of the query's δ
     assert q0["statistic"]["sensitivity"]["l1"] == 15
     assert m["queries"][1]["bounds"] == [0.0, 600.0]
     # Operator-only paths (input, dead letters) and anything from the data stay out.

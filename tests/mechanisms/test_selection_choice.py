@@ -1,0 +1,68 @@
+"""The (ε, δ) partition-selection rule is the valid candidate that keeps the most partitions."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from userdp.transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
+from userdp.transforms.mechanisms.partition_selection import (
+    GaussianThresholding,
+    TruncatedGeometricSelection,
+)
+from userdp.transforms.mechanisms.selection_choice import (
+    GAUSSIAN_DELTA_SPLITS,
+    best_selection,
+    gaussian_selection,
+)
+
+DELTA = Fraction(1, 10**6)
+GRID = [(Fraction(e), L) for e in ("1/20", "1/4", "1/2", "1", "2") for L in (1, 2, 3, 5, 10, 30)]
+
+
+@pytest.mark.parametrize(("epsilon", "L"), GRID)
+def test_the_choice_is_the_candidate_with_the_smallest_half_keep_count(
+    epsilon: Fraction, L: int
+) -> None:
+    candidates = [
+        TruncatedGeometricSelection(epsilon, DELTA, L),
+        *(gaussian_selection(epsilon, DELTA, L, tail) for tail in GAUSSIAN_DELTA_SPLITS),
+    ]
+    chosen = best_selection(epsilon, DELTA, L)
+    assert chosen.half_keep_count == min(c.half_keep_count for c in candidates)
+    assert chosen in candidates
+    if chosen.half_keep_count == candidates[0].half_keep_count:
+        assert isinstance(chosen, TruncatedGeometricSelection)  # ties go to the exact rule
+
+
+@pytest.mark.parametrize(("epsilon", "L"), GRID)
+@pytest.mark.parametrize("tail", GAUSSIAN_DELTA_SPLITS)
+def test_the_gaussian_candidate_is_within_the_share(
+    epsilon: Fraction, L: int, tail: Fraction
+) -> None:
+    rule = gaussian_selection(epsilon, DELTA, L, tail)
+    assert isinstance(rule, GaussianThresholding) and rule.max_partitions_per_person == L
+    assert rule.delta == DELTA * tail  # the thresholding's own tail
+    converted = zcdp_to_approx(ZCDP(rule.rho), DELTA * (1 - tail))  # the noisy counts' part
+    assert converted.epsilon <= epsilon  # so keys and counts are (ε, δ)-DP (docs §5)
+    assert converted.delta + rule.delta == DELTA
+
+
+def test_which_rule_wins_where() -> None:
+    """L = 1: the optimal rule; L = 5 (the demo job): Gaussian thresholding keeps more."""
+    one = best_selection(Fraction(1, 4), DELTA, 1)
+    assert isinstance(one, TruncatedGeometricSelection)
+    five = best_selection(Fraction(1, 4), Fraction(1, 2 * 10**6), 5)
+    geometric = TruncatedGeometricSelection(Fraction(1, 4), Fraction(1, 2 * 10**6), 5)
+    assert isinstance(five, GaussianThresholding)
+    assert five.half_keep_count < 0.9 * geometric.half_keep_count
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(ValueError, match="epsilon"):
+        best_selection(0, DELTA, 5)
+    with pytest.raises(ValueError, match="delta"):
+        best_selection(1, 0, 5)
+    with pytest.raises(ValueError, match="max_partitions_per_person"):
+        best_selection(1, DELTA, 0)
