@@ -12,6 +12,7 @@ Under a zCDP total, ``budget.delta`` is divided here among the queries that spen
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -30,6 +31,7 @@ from .config import ConfigError, JobConfig, QueryConfig
 from .kinds import kind_of
 from .kinds.aggregate_plan import exact_number
 from .kinds.base import KindPlan, PlanContext
+from .kinds.shared_selection import SelectionPlan, group_selections
 from .public_keys import read_public_keys
 from .version import userdp_code_digest, userdp_version
 
@@ -42,6 +44,7 @@ class ReleasePlan:
     total_selection_delta: Fraction  # zCDP totals only: the δ for private selection
     spent_selection_delta: Fraction
     config_hash: str
+    selections: tuple[SelectionPlan, ...] = ()  # shared selections, each booked once
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the config, the plan, the mechanisms; nothing from the data."""
@@ -59,9 +62,12 @@ class ReleasePlan:
             "total": self.total.to_manifest(),
             "spent": self.spent.to_manifest(),
             **extra,
-            "selection_rule": "Laplace: thresholding gets ε/2 and all of δ (persons: all of ε, "
-            "its noisy count released); Gaussian: thresholding gets ρ/2 and the selection δ",
+            "selection_rule": "Laplace noise: selection gets ε/2 and all of δ, with the rule that "
+            "keeps the most (persons: Laplace thresholding with all of ε, its noisy count "
+            "released); Gaussian: thresholding gets ρ/2 and the selection δ. Queries with the "
+            "same by and L share one selection (selections): each gives 1/(k+1) of its share",
             "queries": [q.to_manifest() for q in self.queries],
+            "selections": [s.to_manifest() for s in self.selections],
         }
 
 
@@ -87,8 +93,13 @@ def plan_release(job: JobConfig) -> ReleasePlan:
             job.source,
         ) from e
     sel_deltas = _split_selection_delta(job, total)
+    groups = group_selections(job.queries, shares, total, sel_deltas)
     plans = tuple(
-        plan_query(q, job_plan_context(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0))))
+        plan_query(
+            q,
+            job_plan_context(job, i, shares[q.name], sel_deltas.get(q.name, Fraction(0))),
+            groups.get(q.name),
+        )
         for i, q in enumerate(job.queries)
     )
     spent = compose(*(p.share for p in plans))
@@ -99,6 +110,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         Fraction(b.delta or 0) if b.rho else Fraction(0),
         sum(sel_deltas.values(), Fraction(0)),
         job.config_hash,
+        tuple(dict.fromkeys(groups.values())),
     )
 
 
@@ -115,9 +127,11 @@ def job_plan_context(job: JobConfig, i: int, share: Budget, sel_delta: Fraction)
     )
 
 
-def plan_query(q: QueryConfig, ctx: PlanContext) -> KindPlan:
-    """One query planned from its share, by its kind. The job file (after its split) and the
-    library both plan through this one function."""
+def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = None) -> KindPlan:
+    """One query planned from its share, by its kind (``shared``: the selection of its group).
+    The job file (after its split) and the library both plan through this one function."""
+    if shared is not None:
+        ctx = dataclasses.replace(ctx, shared_selection=shared)
     return kind_of(q).plan(q, ctx)
 
 

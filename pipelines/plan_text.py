@@ -26,6 +26,9 @@ def print_plan(plan: ReleasePlan, out: TextIO) -> None:
     for q in plan.queries:
         w(f"\n{q.name}: share {q.share}\n")
         w("".join(f"  {line}\n" for line in q.plan_lines()))
+    for s in plan.selections:
+        w(f"\n{s.name}: share {s.share} (from its members' shares)\n")
+        w("".join(f"  {line}\n" for line in s.plan_lines()))
 
 
 def print_ledger_quote(job: JobConfig, plan: ReleasePlan, out: TextIO) -> None:

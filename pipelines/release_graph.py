@@ -24,6 +24,7 @@ from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.metrics import PlannedQuery, query_columns
 from userdp.transforms.noisy_combine import canonical_key_string
 from userdp.transforms.release import Budget, Release
+from userdp.transforms.select_partitions import PlannedSelection
 
 from .config import JobConfig
 from .plan import ReleasePlan
@@ -144,8 +145,13 @@ def build_pipeline(
         _ = people.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
     out_dir = out_dir or job.output.path
     key_types = dict(schema.keys)
+    selected = {  # one selection per group of queries that share it (shared_selection.py)
+        s.name: people | s.name >> PlannedSelection(s, book_share=False) for s in plan.selections
+    }
     for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
-        released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]")
+        shared = getattr(planned, "shared_selection", None)
+        kept = selected[shared] if shared is not None else None
+        released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]", kept)
         columns = planned.output_columns
         by = pa.schema([pa.field(c, key_types[c]) for c in q.by])
         path = FileSystems.join(out_dir, q.name)

@@ -25,7 +25,10 @@ columns, then the released columns — that you write with any Beam sink::
 Every metric of the job file is here with the same keyword names and rules (it is parsed and
 planned by the same code; ``userdp run`` builds its pipeline through these transforms): ``Count``,
 ``Persons``, ``Sum``, ``Mean``, ``Median``, ``Quantile``, ``Total``, ``Max``, ``Distinct``,
-``PtrMean``, ``PtrMedian``, ``TopPartition``, ``SampleAggregate``. Guarantees: each class's
+``PtrMean``, ``PtrMedian``, ``TopPartition``, ``SampleAggregate``. ``Aggregate`` applies several
+of ``Count``/``Persons``/``Sum``/``Mean`` over the same partitions with one private partition
+selection (one key set, its budget paid once), as a job file does for queries with the same
+``by`` and L. Guarantees: each class's
 docstring, the manifest, and ``docs/``; the neighbouring relation is always add/remove one person.
 
 Misuse fails when the transform is applied, with what to do: a metric on rows that did not go
@@ -85,6 +88,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they load lazily b
     from .release import Budget as Budget
     from .release import Release as Release
     from .release import ReleaseError as ReleaseError
+    from .select_partitions import Aggregate as Aggregate
 
 # Loaded on first use (PEP 562): importing a step or the mechanisms core (as workers and the job
 # layer do) must not import the job layer that the public transforms plan with.
@@ -93,6 +97,7 @@ _EXPORTS = {
     "Release": "release",
     "ReleaseError": "release",
     "ByPerson": "by_person",
+    "Aggregate": "select_partitions",
     **dict.fromkeys(
         (
             "Count", "Persons", "Sum", "Mean", "Median", "Quantile", "Total", "Max", "Distinct",
@@ -102,9 +107,24 @@ _EXPORTS = {
     ),
 }  # fmt: skip
 __all__ = [
-    "Budget", "ByPerson", "Count", "Distinct", "Max", "Mean", "Median", "Persons",
-    "PtrMean", "PtrMedian", "Quantile", "Release", "ReleaseError", "SampleAggregate", "Sum",
-    "TopPartition", "Total",
+    "Aggregate",
+    "Budget",
+    "ByPerson",
+    "Count",
+    "Distinct",
+    "Max",
+    "Mean",
+    "Median",
+    "Persons",
+    "PtrMean",
+    "PtrMedian",
+    "Quantile",
+    "Release",
+    "ReleaseError",
+    "SampleAggregate",
+    "Sum",
+    "TopPartition",
+    "Total",
 ]  # fmt: skip
 assert sorted(__all__) == sorted(_EXPORTS)
 

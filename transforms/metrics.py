@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from userdp.pipelines.config_model import QueryConfig
     from userdp.pipelines.kinds.base import KindPlan
+    from userdp.pipelines.kinds.shared_selection import SelectionPlan
 
     from .release import Release
 
@@ -71,9 +72,16 @@ class PlannedQuery(beam.PTransform[Any, Any]):
     hand could claim a share that does not match its noise.
     """
 
-    def __init__(self, query: QueryConfig, plan: KindPlan, label: str) -> None:
+    def __init__(
+        self,
+        query: QueryConfig,
+        plan: KindPlan,
+        label: str,
+        selected: PCollection[Any] | None = None,
+    ) -> None:
         super().__init__()
         self._query, self._plan, self._what = query, plan, label
+        self._selected = selected  # a shared selection's kept keys (its members only)
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
@@ -86,7 +94,12 @@ class PlannedQuery(beam.PTransform[Any, Any]):
         selection_delta = getattr(plan, "selection_delta", Fraction(0))
         release._register(q.name, plan, selection_delta)
         ctx = BuildContext(
-            people.schema, release._query_keys(), release._noise, people.num_shards, people.shards
+            people.schema,
+            release._query_keys(),
+            release._noise,
+            people.num_shards,
+            people.shards,
+            self._selected,
         )
         released = kind_of(q).expand(rows, plan, ctx)
         order = (*q.by, *(c for c, _ in plan.output_columns))
@@ -114,8 +127,11 @@ class _Metric(beam.PTransform[Any, Any]):
         **params: Any,
     ) -> None:
         super().__init__()
-        if "metric" in params or ("partitions" in params and public_partitions is not None):
-            raise TypeError(f"{type(self).__name__}: metric and partitions are set by the class")
+        if "metric" in params or "partitions" in params:
+            raise TypeError(
+                f"{type(self).__name__}: the metric is set by the class, and partitions by "
+                "public_partitions=[...] (or privately; Aggregate shares one selection)"
+            )
         self._name, self._params = name, params
         self._release: Release | None = None
         self._public = None if public_partitions is None else _key_tuples(public_partitions)
@@ -142,7 +158,8 @@ class _Metric(beam.PTransform[Any, Any]):
         if self._public is not None:
             raw["partitions"] = PUBLIC_PARTITIONS
         q = parse_query_table(raw, people.release.budget.config, key=label)
-        plan = _plan(q, people, label, self._public)
+        share, sel_delta = explicit_share_of(q, people.release, label)
+        plan = plan_member(q, people, label, share, sel_delta, public=self._public)
         out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
         return out
 
@@ -163,14 +180,11 @@ def _key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _plan(
-    q: QueryConfig, people: People, label: str, public: tuple[tuple[Any, ...], ...] | None
-) -> KindPlan:
-    """The query's plan from its explicit share (the library has no "rest, evenly")."""
-    from userdp.pipelines.kinds.base import PlanContext  # noqa: PLC0415
-    from userdp.pipelines.plan import explicit_share, plan_query, spends_delta  # noqa: PLC0415
+def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any, Fraction]:
+    """The query's explicit share (the library has no "rest, evenly") and, under a ρ total, the
+    δ its selection spends."""
+    from userdp.pipelines.plan import explicit_share, spends_delta  # noqa: PLC0415
 
-    release = people.release
     share = explicit_share(q, release.budget.guarantee())
     if share is None:
         kind = "rho=..." if release.budget.config.rho is not None else "epsilon=..."
@@ -179,10 +193,26 @@ def _plan(
             "(each transform states its share when it is applied; see userdp.transforms.release)"
         )
     zcdp = release.budget.config.rho is not None
-    sel_delta = Fraction(q.delta or 0) if zcdp and spends_delta(q) else Fraction(0)
+    return share, Fraction(q.delta or 0) if zcdp and spends_delta(q) else Fraction(0)
+
+
+def plan_member(
+    q: QueryConfig,
+    people: People,
+    label: str,
+    share: Any,
+    sel_delta: Fraction,
+    *,
+    shared: SelectionPlan | None = None,
+    public: tuple[tuple[Any, ...], ...] | None = None,
+) -> KindPlan:
+    """The query's plan from its share (``shared``: the selection of its Aggregate group)."""
+    from userdp.pipelines.kinds.base import PlanContext  # noqa: PLC0415
+    from userdp.pipelines.plan import plan_query  # noqa: PLC0415
+
     keys = public or ()
     ctx = PlanContext(label, "", people.schema.person, share, sel_delta, lambda: keys)
-    return plan_query(q, ctx)
+    return plan_query(q, ctx, shared)
 
 
 # --- the metrics (docs: README "Metrics"; each kind's module states its guarantee and proof) ---

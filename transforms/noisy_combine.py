@@ -86,26 +86,30 @@ class _ReleasePartition:
         self._noise = noise
 
     def __call__(self, key: PartitionKey, stats: PartitionStats) -> Iterator[dict[str, Any]]:
-        p = self._params
-        label = canonical_key_string(key)
+        selection = self._params.selection
         noisy_persons: int | None = None
-        selection = p.selection
         if selection is not None and not self._noise:
             if stats.persons < 1:
                 return
         elif selection is not None:
-            decision = selection.decide(stats.persons, self._key.rng(label, "select"))
+            rng = self._key.rng(canonical_key_string(key), "select")
+            decision = selection.decide(stats.persons, rng)
             if isinstance(decision, Decision):
                 if not decision.keep:
                     return  # the noisy count of a dropped partition must never leave
                 noisy_persons = decision.noisy_count
             elif not decision:
                 return
-        value, std = self._value(label, stats, noisy_persons)
-        row: dict[str, Any] = dict(zip(p.bounding.by, key, strict=True))
+        yield self._row(key, stats, noisy_persons)
+
+    def _row(
+        self, key: PartitionKey, stats: PartitionStats, noisy_persons: int | None
+    ) -> dict[str, Any]:
+        value, std = self._value(canonical_key_string(key), stats, noisy_persons)
+        row: dict[str, Any] = dict(zip(self._params.bounding.by, key, strict=True))
         row["value"] = value
         row["stddev"] = std
-        yield row
+        return row
 
     def _release(
         self, exact: int | Fraction, label: str, purpose: str, count: bool = False
@@ -148,6 +152,17 @@ class _ReleasePartition:
         return mean, min(std, (b.upper - b.lower) / 2)
 
 
+class _ReleaseSelected(_ReleasePartition):
+    """Releases one partition a shared selection kept: (key, (stats, the selection's noisy
+    person count or None)); the decision was made once, for every member of the group."""
+
+    def __call__(  # type: ignore[override]  # the selection's output, not raw stats
+        self, key: PartitionKey, kept: tuple[PartitionStats, int | None]
+    ) -> Iterator[dict[str, Any]]:
+        stats, noisy_persons = kept
+        yield self._row(key, stats, noisy_persons)
+
+
 def _join_public(
     key: PartitionKey, grouped: dict[str, Iterable[Any]]
 ) -> Iterator[tuple[PartitionKey, PartitionStats]]:
@@ -157,6 +172,18 @@ def _join_public(
     for stats in grouped["stats"]:
         total = total.add(stats)
     yield key, total
+
+
+def _join_selected(
+    key: PartitionKey, grouped: dict[str, Iterable[Any]]
+) -> Iterator[tuple[PartitionKey, tuple[PartitionStats, int | None]]]:
+    kept = list(grouped["selected"])
+    if not kept:
+        return  # not kept by the shared selection: dropped
+    total = ZERO_STATS
+    for stats in grouped["stats"]:
+        total = total.add(stats)
+    yield key, (total, kept[0])
 
 
 class ReleaseNoisily(beam.PTransform[Any, Any]):
@@ -169,9 +196,20 @@ class ReleaseNoisily(beam.PTransform[Any, Any]):
       noise: **test hook only**, never set from a job file: ``False`` releases exact values and
         keeps every private partition with at least one person, so wiring tests can assert exact
         numbers. Outputs with ``noise=False`` are not private.
+      selected: for a member of a shared selection (``pipelines/kinds/shared_selection.py``),
+        the selection's kept keys ``(key, noisy person count or None)``: exactly these keys are
+        released (zero statistics where the query has no rows), and ``params.selection`` — the
+        group's rule — is not applied again.
     """
 
-    def __init__(self, params: ReleaseParams, keys: KeySource, *, noise: bool = True):
+    def __init__(
+        self,
+        params: ReleaseParams,
+        keys: KeySource,
+        *,
+        noise: bool = True,
+        selected: PCollection[Any] | None = None,
+    ):
         super().__init__()
         if not hasattr(keys, "for_query"):
             raise TypeError(f"keys must be a ReleaseKey or ReleaseKeys, got {type(keys).__name__}")
@@ -182,8 +220,23 @@ class ReleaseNoisily(beam.PTransform[Any, Any]):
         if public is None and not params.bounding.by:
             public = ((),)  # the one partition of a query without `by` is always released
         self._public = None if public is None else tuple(dict.fromkeys(public))
+        if selected is not None and (params.selection is None or self._public is not None):
+            raise ValueError(
+                f"query {params.name!r}: a shared selection's keys need private partitions"
+            )
+        self._selected = selected
 
     def expand(self, stats: PCollection[Any]) -> PCollection[Any]:
+        if self._selected is not None:
+            released: PCollection[Any] = (
+                {"selected": self._selected, "stats": stats}
+                # (partition_key, {"selected": [noisy count] or [], "stats": [PartitionStats]})
+                | "JoinSelectedKeys" >> beam.CoGroupByKey()
+                | "KeepSelectedKeys" >> beam.FlatMapTuple(_join_selected)
+                | "ReleasePartition"
+                >> beam.FlatMapTuple(_ReleaseSelected(self._params, self._key, self._noise))
+            )
+            return released
         if self._public is not None:
             listed = (
                 stats.pipeline

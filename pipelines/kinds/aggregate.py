@@ -117,13 +117,19 @@ class AggregateKind:
         from ..public_keys import typed_public_keys  # noqa: PLC0415
 
         params = plan.params
+        selected = ctx.selected if plan.shared_selection is not None else None
+        if plan.shared_selection is not None and selected is None:
+            raise ValueError(
+                f"internal error in userdp: query {plan.name!r} shares "
+                f"{plan.shared_selection!r}, but no selection was built for it"
+            )
         if params.public_partitions is not None:
             typed = typed_public_keys(params.public_partitions, params.bounding.by, ctx.schema)
             params = dataclasses.replace(params, public_partitions=typed)
         out = (
             ctx.shards()
             | "BoundAndAggregate" >> BoundAndAggregate(params.bounding, ctx.keys.subkey("bounding"))
-            | "Release" >> ReleaseNoisily(params, ctx.keys, noise=ctx.noise)
+            | "Release" >> ReleaseNoisily(params, ctx.keys, noise=ctx.noise, selected=selected)
         )
         return cast("PCollection[dict[str, Any]]", out)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from userdp.transforms.mechanisms.accounting import (
     ZCDP,
@@ -62,6 +62,9 @@ from userdp.transforms.params import (
 
 from ..config import ConfigError, QueryConfig
 from .base import PlanContext
+
+if TYPE_CHECKING:
+    from .shared_selection import SelectionPlan
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -95,6 +98,7 @@ class QueryPlan:
     releases_selection_count: bool  # persons + Laplace thresholding: its noisy count is released
     n_public_partitions: int | None
     selection_budget: Budget | None = None  # what the selection spends, when it is (ε, δ)
+    shared_selection: str | None = None  # the name of the group's selection it releases
 
     @property
     def name(self) -> str:
@@ -143,7 +147,11 @@ class QueryPlan:
             out["statistic"]["count_mechanism"] = _describe(p.count_noise)
             out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
             out["statistic"]["count_stddev"] = self.count_stddev
-        out["selection"] = _describe_selection(p.selection, self.selection_delta)
+        if self.shared_selection is not None:  # booked once, in the manifest's "selections"
+            out["partitions"] = "private, shared"
+            out["selection"] = {"shared": self.shared_selection}
+            return out
+        out["selection"] = describe_selection(p.selection, self.selection_delta)
         if out["selection"] is not None and self.selection_budget is not None:
             out["selection"]["budget"] = self.selection_budget.to_manifest()
         return out
@@ -156,7 +164,9 @@ class QueryPlan:
             f"{p.metric} by {', '.join(b.by) if b.by else '(everything)'}",
             f"bounds: L={b.max_partitions_per_person} C={b.max_rows_per_partition}{values}",
         ]
-        if p.selection is not None:
+        if self.shared_selection is not None:
+            lines.append(f"selection: shared, {self.shared_selection} (below)")
+        elif p.selection is not None:
             s = p.selection
             budget = f"ε={float(s.epsilon):.4g}" if hasattr(s, "epsilon") else ""
             budget = budget or f"ρ={float(getattr(s, 'rho', 0)):.4g}"
@@ -190,44 +200,15 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
     L, C = q.max_partitions_per_person, q.max_rows_per_partition
     lo, hi = q.bounds if q.bounds is not None else (0.0, 0.0)
     bounding = BoundingParams(q.by, q.value, lo, hi, L, C)
-    keys = ctx.public_keys() if q.partitions not in (None, "private") else None
-    private = q.private_partitions
-    laplace = q.noise == "laplace"
-    persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
-
-    needs_delta = private or (not laplace and not isinstance(share, ZCDP))
-    if needs_delta and isinstance(share, ApproxDP) and share.delta == 0:
-        raise ConfigError(
-            ctx.key,
-            str(share),
-            "a share with delta > 0",
-            "private partitions and gaussian noise need δ; the other queries' "
-            "explicit shares left none",
-            ctx.source,
-        )
-    selection: SelectionRule | None = None
-    selection_budget: Budget | None = None
-    stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
-    if isinstance(share, ZCDP):
-        if private:
-            selection = GaussianThresholding(share.rho / 2, sel_delta, L)
-        stat = ZCDP(share.rho / 2 if private else share.rho)
-    elif isinstance(share, ApproxDP) and not laplace:
-        rho = zcdp_budget_for(ApproxDP(share.epsilon, share.delta / 2 if private else share.delta))
-        if private:
-            selection = GaussianThresholding(rho.rho / 2, share.delta / 2, L)
-        stat = ZCDP(rho.rho / 2 if private else rho.rho)
+    shared = ctx.shared_selection
+    keys = None
+    selection: SelectionRule | None
+    if shared is not None:  # one selection for the group (shared_selection.py)
+        selection, selection_budget, stat, persons_reuse = _shared_split(q, share, shared)
     else:
-        eps = share.epsilon
-        if private:
-            assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
-            if persons_reuse:  # its noisy count is the released value: Laplace thresholding
-                selection = LaplaceThresholding(eps, share.delta, L)
-            else:  # keys only: the rule that keeps the most at (ε/2, δ) (selection_choice)
-                selection = best_selection(eps / 2, share.delta, L)
-            selection_budget = ApproxDP(eps if persons_reuse else eps / 2, share.delta)
-        stat = PureDP(eps / 2 if private and not persons_reuse else eps)
-
+        if q.partitions not in (None, "private"):
+            keys = ctx.public_keys()
+        selection, selection_budget, stat, persons_reuse = _own_split(q, ctx)
     sens, count_sens = _sensitivities(q, bounding)
     parts = 2 if q.metric == "mean" else 1
     noise = _mechanism(q.noise, stat, sens, parts)
@@ -260,7 +241,69 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
         releases_selection_count=persons_reuse,
         n_public_partitions=len(keys) if keys is not None else None,
         selection_budget=selection_budget,
+        shared_selection=shared.name if shared is not None else None,
     )
+
+
+def _shared_split(
+    q: QueryConfig, share: Budget, shared: SelectionPlan
+) -> tuple[SelectionRule, None, Budget, bool]:
+    """A member of a shared selection: the group's rule; its statistic keeps
+    ``statistic_fraction`` of the share (all of it when its value is the selection's count)."""
+    f = shared.statistic_fraction
+    persons_reuse = shared.releases_count and q.metric == "persons" and q.noise == "laplace"
+    stat: Budget
+    if isinstance(share, ZCDP):
+        stat = ZCDP(share.rho * f)
+    elif q.noise == "gaussian":
+        assert isinstance(share, ApproxDP)  # the parser requires δ for Gaussian noise under ε
+        stat = zcdp_budget_for(ApproxDP(share.epsilon * f, share.delta))
+    else:
+        stat = PureDP(share.epsilon if persons_reuse else share.epsilon * f)
+    return shared.rule, None, stat, persons_reuse
+
+
+def _own_split(
+    q: QueryConfig, ctx: PlanContext
+) -> tuple[SelectionRule | None, Budget | None, Budget, bool]:
+    """The query's own selection (private partitions) and statistic from its share."""
+    share, sel_delta, L = ctx.share, ctx.delta, q.max_partitions_per_person
+    private = q.private_partitions
+    laplace = q.noise == "laplace"
+    persons_reuse = private and laplace and q.metric == "persons" and not isinstance(share, ZCDP)
+    needs_delta = private or (not laplace and not isinstance(share, ZCDP))
+    if needs_delta and isinstance(share, ApproxDP) and share.delta == 0:
+        raise ConfigError(
+            ctx.key,
+            str(share),
+            "a share with delta > 0",
+            "private partitions and gaussian noise need δ; the other queries' "
+            "explicit shares left none",
+            ctx.source,
+        )
+    selection: SelectionRule | None = None
+    selection_budget: Budget | None = None
+    stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
+    if isinstance(share, ZCDP):
+        if private:
+            selection = GaussianThresholding(share.rho / 2, sel_delta, L)
+        stat = ZCDP(share.rho / 2 if private else share.rho)
+    elif isinstance(share, ApproxDP) and not laplace:
+        rho = zcdp_budget_for(ApproxDP(share.epsilon, share.delta / 2 if private else share.delta))
+        if private:
+            selection = GaussianThresholding(rho.rho / 2, share.delta / 2, L)
+        stat = ZCDP(rho.rho / 2 if private else rho.rho)
+    else:
+        eps = share.epsilon
+        if private:
+            assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
+            if persons_reuse:  # its noisy count is the released value: Laplace thresholding
+                selection = LaplaceThresholding(eps, share.delta, L)
+            else:  # keys only: the rule that keeps the most at (ε/2, δ) (selection_choice)
+                selection = best_selection(eps / 2, share.delta, L)
+            selection_budget = ApproxDP(eps if persons_reuse else eps / 2, share.delta)
+        stat = PureDP(eps / 2 if private and not persons_reuse else eps)
+    return selection, selection_budget, stat, persons_reuse
 
 
 def _sensitivities(q: QueryConfig, b: BoundingParams) -> tuple[Sensitivity, Sensitivity | None]:
@@ -320,7 +363,7 @@ def _describe(m: NoiseMechanism) -> dict[str, Any]:
     }
 
 
-def _describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
+def describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
     if isinstance(s, LaplaceThresholding):
         return {
             "rule": "laplace_thresholding",

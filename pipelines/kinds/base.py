@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from ..config import BudgetConfig, QueryConfig
     from ..sources import InputSchema
+    from .shared_selection import SelectionPlan
 
 # Output column types a kind may declare (mapped to Arrow types by the writer).
 COLUMN_TYPES = ("float64", "int64", "string", "bool")
@@ -83,6 +84,8 @@ class PlanContext:
     share: Budget
     delta: Fraction  # under a rho total: the δ share this query asked for (needs_delta); else 0
     public_keys: Callable[[], tuple[tuple[Any, ...], ...]]
+    # a bounded aggregate's group selection (shared_selection.py): its rule and statistic part
+    shared_selection: SelectionPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ class BuildContext:
     noise: bool  # False only from tests (exact values); never from a job file
     num_shards: int
     shards: Callable[[], PCollection[Any]]
+    # a member of a shared selection: its kept keys (transforms/select_partitions.py)
+    selected: PCollection[Any] | None = None
 
 
 class QueryKind(Protocol):

@@ -18,6 +18,7 @@ from userdp.pipelines.config import parse_job
 from userdp.pipelines.config_fields import ConfigError
 from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds import METRIC_KINDS
+from userdp.pipelines.plan import plan_release
 from userdp.pipelines.release_graph import WriteQueryOutput
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import resolve_function
@@ -64,6 +65,7 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
         "count", "persons", "sum", "mean", *METRIC_KINDS} - {"trimmed_mean"}  # fmt: skip
 
     result = run_release(job, release_key=KEY, num_shards=SHARDS)
+    cli_plan = plan_release(job)
     cli_manifest = json.loads(Path(result.manifest).read_text())
 
     release = dp.Release._for_launcher(dp.Budget(epsilon=len(job.queries), delta=1e-5), KEY,
@@ -76,13 +78,22 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
             "person_id", keys={"domain": "string", "url": "string"}, values=["duration_s"],
             person_type="int", num_shards=SHARDS,
         )  # fmt: skip
+        outputs: dict[str, Any] = {}
+        for selection in cli_plan.selections:  # queries sharing a selection: one Aggregate
+            members = {
+                q.name: TRANSFORMS[q.metric](**_params(t, drop=("by", "max_partitions_per_person")))
+                for q, t in zip(job.queries, raw["queries"], strict=True)
+                if q.name in selection.members
+            }
+            outputs |= people | selection.name >> dp.Aggregate(
+                by=list(selection.by),
+                max_partitions_per_person=selection.max_partitions_per_person,
+                metrics=members,
+            )
         for q, table in zip(job.queries, raw["queries"], strict=True):
-            params = {k: v for k, v in table.items() if k not in ("name", "metric")}
-            if "function" in params:  # the library takes the callable itself
-                params["function"] = resolve_function(params["function"])
-            if "partitions" in params:
-                params["public_partitions"] = params.pop("partitions")
-            released = people | q.name >> TRANSFORMS[q.metric](**params)
+            released = outputs.get(q.name)
+            if released is None:
+                released = people | q.name >> TRANSFORMS[q.metric](**_params(table))
             planned = release._state.queries[q.name].plan
             by = pa.schema([pa.field(c, pa.string()) for c in q.by])
             path = FileSystems.join(str(lib_dir), q.name)
@@ -90,7 +101,9 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
                 by, planned.output_columns, path, "parquet"
             )
 
+    assert cli_plan.selections  # not vacuous: the job has queries that share a selection
     assert release.manifest()["queries"] == cli_manifest["queries"]
+    assert release.manifest()["selections"] == cli_manifest["selections"]
     for q in job.queries:
         cli_bytes = (tmp_path / "release" / f"{q.name}.parquet").read_bytes()
         lib_bytes = (lib_dir / f"{q.name}.parquet").read_bytes()
@@ -98,6 +111,16 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
     # not vacuous: every output holds released rows (400 persons, ε = 1 per query)
     empty = [q.name for q in job.queries if not pq.read_table(lib_dir / f"{q.name}.parquet")]
     assert not empty
+
+
+def _params(table: dict[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A job file's query table → the metric transform's keyword arguments."""
+    params = {k: v for k, v in table.items() if k not in ("name", "metric", *drop)}
+    if "function" in params:  # the library takes the callable itself
+        params["function"] = resolve_function(params["function"])
+    if "partitions" in params:
+        params["public_partitions"] = params.pop("partitions")
+    return params
 
 
 @pytest.mark.parametrize("metric", sorted(TRANSFORMS))

@@ -14,8 +14,15 @@ from tests.pipelines.test_config import EXAMPLE, job, query
 from userdp.pipelines.config import ConfigError, load_job, parse_job
 from userdp.pipelines.kinds.aggregate_plan import LN20, Z95
 from userdp.pipelines.plan import plan_release
-from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
+from userdp.transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    PureDP,
+    float_down,
+    zcdp_budget_for,
+)
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.discrete import discrete_laplace_std
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
@@ -25,6 +32,23 @@ from userdp.transforms.mechanisms.selection_choice import best_selection
 EPS_HALF = ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))
 
 
+def single(raw: dict[str, Any]) -> dict[str, Any]:
+    """The job with its first query only (no shared selection: the per-query split)."""
+    return {**raw, "queries": raw["queries"][:1]}
+
+
+def test_one_private_query_splits_its_share_with_its_own_selection() -> None:
+    plan = plan_release(parse_job(single(job())))
+    (count,) = plan.queries
+    assert count.share == plan.total and not plan.selections
+    # count, private, Laplace: selection ε/2 with all of δ, statistic ε/2. At L = 5 the rule that
+    # keeps the most is Gaussian thresholding converted to (ε/2, δ).
+    assert count.params.selection == best_selection(Fraction(1, 2), Fraction(1, 10**6), 5)
+    assert count.selection_budget == ApproxDP(Fraction(1, 2), Fraction(1, 10**6))
+    assert count.statistic_budget == PureDP(Fraction(1, 2))
+    assert count.params.noise == LaplaceMechanism(15, 0.5)
+
+
 def test_example_plan_split_and_sensitivities() -> None:
     plan = plan_release(load_job(EXAMPLE))  # data/ does not exist: nothing is read
     assert plan.total == ApproxDP(1, Fraction(1, 10**6))
@@ -32,61 +56,94 @@ def test_example_plan_split_and_sensitivities() -> None:
     count, mean = plan.queries
     assert count.share == mean.share == EPS_HALF
 
-    # count, private, Laplace: selection ε/2 with all of δ, statistic ε/2; rows: C, L·C, √L·C.
-    # At L = 5 the rule that keeps the most is Gaussian thresholding converted to (ε/2, δ).
-    sel = count.params.selection
-    assert sel == best_selection(Fraction(1, 4), Fraction(1, 2 * 10**6), 5)
-    assert isinstance(sel, GaussianThresholding) and sel.max_partitions_per_person == 5
-    assert count.selection_budget == ApproxDP(Fraction(1, 4), Fraction(1, 2 * 10**6))
-    assert count.statistic_budget == PureDP(Fraction(1, 4))
+    # Both are private by domain with L = 5: one shared selection. Each gives 1/(k+1) = 1/3 of
+    # its ε and all of its δ to it: (1/3, 10^-6); each statistic keeps ε = 1/3.
+    (shared,) = plan.selections
+    assert shared.members == ("visits_per_domain", "mean_duration_per_domain")
+    assert shared.share == ApproxDP(Fraction(1, 3), Fraction(1, 10**6))
+    assert shared.rule == best_selection(Fraction(1, 3), Fraction(1, 10**6), 5)
+    assert count.params.selection == mean.params.selection == shared.rule
+    assert count.shared_selection == mean.shared_selection == shared.name
+    assert count.statistic_budget == mean.statistic_budget == PureDP(Fraction(1, 3))
+    # rows: C, L·C, √L·C.
     assert (count.sensitivity.per_partition, count.sensitivity.l1) == (3, 15)
     assert count.sensitivity.l2 == pytest.approx(3 * math.sqrt(5), rel=1e-15)
     assert count.sensitivity.l2 >= 3 * math.sqrt(5)
     noise = count.params.noise
-    assert isinstance(noise, LaplaceMechanism) and noise == LaplaceMechanism(15, 0.25)
-    assert noise.scale == pytest.approx(60, rel=1e-9)
-    assert count.error95 == pytest.approx(60 * math.log(20), rel=1e-9)
-    assert count.stddev == pytest.approx(60 * math.sqrt(2), rel=1e-6)
+    assert isinstance(noise, LaplaceMechanism) and noise == LaplaceMechanism(
+        15, float_down(Fraction(1, 3))
+    )
+    assert noise.scale == pytest.approx(45, rel=1e-9)
+    assert count.error95 == pytest.approx(45 * math.log(20), rel=1e-9)
+    assert count.stddev == pytest.approx(45 * math.sqrt(2), rel=1e-6)
 
-    # mean: centred sum C·(hi−lo)/2 = 900 per partition, 4500 L1; the statistic's ε/2 = 1/4 is
-    # split evenly: 1/8 for the centred sum and 1/8 for the row count.
-    assert mean.statistic_budget == PureDP(Fraction(1, 4))
+    # mean: centred sum C·(hi−lo)/2 = 900 per partition, 4500 L1; the statistic's ε = 1/3 is
+    # split evenly: 1/6 for the centred sum and 1/6 for the row count.
     assert (mean.sensitivity.per_partition, mean.sensitivity.l1) == (900, 4500)
     assert mean.count_sensitivity is not None and mean.count_sensitivity.l1 == 15
-    assert mean.params.noise == LaplaceMechanism(4500, 0.125)
-    assert mean.params.count_noise == LaplaceMechanism(15, 0.125)
-    assert mean.stddev == pytest.approx(36000 * math.sqrt(2), rel=1e-6)
-    assert mean.count_stddev == pytest.approx(120 * math.sqrt(2), rel=1e-6)
+    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(1, 6)))
+    assert mean.params.count_noise == LaplaceMechanism(15, float_down(Fraction(1, 6)))
+    assert mean.stddev == pytest.approx(27000 * math.sqrt(2), rel=1e-6)
+    assert mean.count_stddev == pytest.approx(90 * math.sqrt(2), rel=1e-6)
     assert mean.mean_stddev(100) == pytest.approx(
         math.hypot(mean.stddev, 300 * (mean.count_stddev or 0.0)) / 100
     )
 
 
-def test_persons_with_laplace_selection_releases_the_thresholding_count() -> None:
+def test_queries_with_another_by_or_L_keep_their_own_selection() -> None:
+    for change in ({"by": ["page"]}, {"max_partitions_per_person": 4}, {"noise": "gaussian"}):
+        plan = plan_release(parse_job(query(1, **change)))
+        assert not plan.selections
+        assert all(q.shared_selection is None for q in plan.queries)  # type: ignore[attr-defined]
+
+
+def test_a_persons_member_releases_the_shared_laplace_count() -> None:
     plan = plan_release(parse_job(query(0, metric="persons", max_rows_per_partition=None)))
+    persons, mean = plan.queries
+    (shared,) = plan.selections
+    # persons gives all of ε = 1/2, the mean 1/(k+1) = 1/2 of its 1/2 (k = 1 drawing member)
+    assert shared.releases_count and isinstance(shared.rule, LaplaceThresholding)
+    assert shared.share == ApproxDP(Fraction(3, 4), Fraction(1, 10**6))
+    assert persons.releases_selection_count and persons.params.release_selection_count
+    assert mean.statistic_budget == PureDP(Fraction(1, 4))
+    assert persons.stddev == pytest.approx(discrete_laplace_std(shared.rule.scale))
+
+
+def test_persons_with_laplace_selection_releases_the_thresholding_count() -> None:
+    plan = plan_release(parse_job(single(query(0, metric="persons", max_rows_per_partition=None))))
     q = plan.queries[0]
     sel = q.params.selection
     assert q.releases_selection_count
-    assert isinstance(sel, LaplaceThresholding) and sel.epsilon == Fraction(1, 2)  # all of ε
-    assert sel.scale == 10  # L/ε
-    r = math.exp(-1 / 10)
+    assert isinstance(sel, LaplaceThresholding) and sel.epsilon == 1  # all of ε
+    assert sel.scale == 5  # L/ε
+    r = math.exp(-1 / 5)
     assert q.stddev == pytest.approx(math.sqrt(2 * r) / (1 - r))
-    assert q.error95 == pytest.approx(10 * LN20)
+    assert q.error95 == pytest.approx(5 * LN20)
     assert (q.sensitivity.per_partition, q.sensitivity.l1) == (1, 5)
 
 
 def test_zcdp_total_gaussian_selection_and_delta_split() -> None:
-    plan = plan_release(parse_job(job(budget={"rho": 0.5, "delta": 1e-6})))
+    plan = plan_release(parse_job(single(job(budget={"rho": 0.5, "delta": 1e-6}))))
     assert plan.total == plan.spent == ZCDP(Fraction(1, 2))
     assert plan.spent_selection_delta == plan.total_selection_delta == Fraction(1, 10**6)
     q = plan.queries[0]
     sel = q.params.selection
     assert isinstance(sel, GaussianThresholding)
-    assert (sel.rho, sel.delta) == (Fraction(1, 8), Fraction(1, 2 * 10**6))
-    assert q.statistic_budget == ZCDP(Fraction(1, 8))
-    assert q.params.noise == GaussianMechanism(q.sensitivity.l2, 0.125)
-    assert q.stddev == pytest.approx(3 * math.sqrt(5) / math.sqrt(0.25), rel=1e-9)
+    assert (sel.rho, sel.delta) == (Fraction(1, 4), Fraction(1, 10**6))
+    assert q.statistic_budget == ZCDP(Fraction(1, 4))
+    assert q.params.noise == GaussianMechanism(q.sensitivity.l2, 0.25)
+    assert q.stddev == pytest.approx(3 * math.sqrt(5) / math.sqrt(0.5), rel=1e-9)
     assert q.error95 == pytest.approx(Z95 * q.stddev)
+
+
+def test_zcdp_total_shared_selection() -> None:
+    plan = plan_release(parse_job(job(budget={"rho": 0.5, "delta": 1e-6})))
+    assert plan.total == plan.spent == ZCDP(Fraction(1, 2))
+    (shared,) = plan.selections
+    # each member: ρ = 1/4 and selection δ = 5·10^-7; the selection gets 1/3 of each ρ and all δ
+    assert shared.share == ZCDP(Fraction(1, 6)) and shared.selection_delta == Fraction(1, 10**6)
+    assert shared.rule == GaussianThresholding(Fraction(1, 6), Fraction(1, 10**6), 5)
+    assert [q.statistic_budget for q in plan.queries] == [ZCDP(Fraction(1, 6))] * 2
 
 
 def test_laplace_under_zcdp_uses_epsilon_with_eps2_over_2_at_most_rho() -> None:
@@ -128,7 +185,8 @@ def test_overspent_shares_name_the_queries() -> None:
     raw = query(0, epsilon=1.0, delta=1e-7)  # leaves ε = 0 for the other query
     with pytest.raises(ConfigError, match=r"leaves nothing.*mean_duration"):
         plan_release(parse_job(raw))
-    raw = query(0, epsilon=0.5, delta=1e-6)  # all of δ: the private query 1 would get δ = 0
+    # all of δ: the private query 1 (not in query 0's selection: another L) would get δ = 0
+    raw = query(0, epsilon=0.5, delta=1e-6, max_partitions_per_person=4)
     with pytest.raises(ConfigError, match=r"queries\[1\] = '\(ε=0\.5, δ=0\)'.*delta > 0"):
         plan_release(parse_job(raw))
     raw = query(0, delta=2e-6)
@@ -195,11 +253,13 @@ def test_manifest_is_public_json() -> None:
     assert m["config_hash"] == cfg.config_hash and m["userdp_version"]
     assert m["total"]["epsilon_exact"] == "1" and m["spent"] == m["total"]
     q0 = m["queries"][0]
-    sel = plan.queries[0].params.selection  # type: ignore[attr-defined]
-    assert q0["selection"]["rule"] == "gaussian_thresholding"
-    assert q0["selection"]["threshold"] == sel.threshold
-    assert q0["selection"]["delta"]["exact"] == str(sel.delta)  # its tail's part of δ
-    assert q0["selection"]["budget"]["delta_exact"] == "1/2000000"  # all of the query's δ
+    (shared,) = plan.selections
+    assert q0["selection"] == {"shared": shared.name} == m["queries"][1]["selection"]
+    (s0,) = m["selections"]  # booked once
+    assert s0["members"] == ["visits_per_domain", "mean_duration_per_domain"]
+    assert s0["rule"]["rule"] == "gaussian_thresholding"
+    assert s0["rule"]["threshold"] == shared.rule.threshold  # type: ignore[union-attr]
+    assert s0["share"]["delta_exact"] == "1/1000000"  # all of the members' δ
     assert q0["statistic"]["sensitivity"]["l1"] == 15
     assert m["queries"][1]["bounds"] == [0.0, 600.0]
     # Operator-only paths (input, dead letters) and anything from the data stay out.
