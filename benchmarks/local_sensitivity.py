@@ -7,8 +7,9 @@ Laplace δ = 10^−6 ≈ 0.05, Cauchy γ = 2 ≈ 0.06, Laplace-log-normal ≈ 0.
 
 Part 2 — person level, on ``pipelines.generate.generate`` data: each person's mean visit duration
 (numpy over the Parquet columns, read with pyarrow), then the median over persons, clamped to
-[0, 300] s; smooth sensitivity with each noise beside an exponential-mechanism median at the same
-ε (``transforms/mechanisms/exponential.py``, piecewise-constant scores over a 2^20-point grid).
+[0, 300] s; smooth sensitivity with each noise beside the exponential-mechanism median at the same
+ε (``transforms/mechanisms/exponential_quantile.py``, the default method, 2^20 grid cells). An
+ε-DP mechanism with ε = 1 is ½-zCDP, so its row also stands for the ρ = ½ column.
 
 Data generation uses numpy's seeded Generator (it is data, not noise); every noise draw comes from
 a KeyedRng with a fixed benchmark secret, so the figures are reproducible.
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from userdp.pipelines.generate import generate
-from userdp.transforms.mechanisms.exponential import ExponentialMechanism, sample_exp_weights
+from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.rng import KeyedRng
 from userdp.transforms.mechanisms.smooth_sensitivity import (
@@ -42,7 +43,6 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
 )
 
 SECRET = bytes(range(32))
-GRID_BITS = 20
 
 NOISES: list[tuple[str, SmoothNoise, str]] = [
     ("laplace, δ = 1e-6", LaplaceNoise(1.0, 1e-6), "≈ 0.05"),
@@ -50,29 +50,6 @@ NOISES: list[tuple[str, SmoothNoise, str]] = [
     ("cauchy, γ = 4 (default)", CauchyNoise(1.0), "—"),
     ("laplace-log-normal, ρ = ½", LaplaceLogNormalNoise(0.5), "≈ 0.02"),
 ]
-
-
-def exponential_median(
-    values: np.ndarray, lower: float, upper: float, epsilon: float, rng: KeyedRng
-) -> float:
-    """Pure ε-DP median: the exponential mechanism over the grid lo + k·(hi − lo)/2^20 with score
-    −|#{x < c} − #{x ≥ c}| (sensitivity 1 under add/remove one person). Scores are constant
-    between consecutive data points, so candidates are those intervals, weighted by their sizes
-    (``sample_exp_weights``' multiplicities), then a uniform grid point inside."""
-    g = 1 << GRID_BITS
-    idx = np.clip(np.round((values - lower) / (upper - lower) * g), 0, g).astype(np.int64)
-    uniq, counts = np.unique(idx, return_counts=True)
-    n = len(values)
-    below = np.concatenate(([0], np.cumsum(counts)))  # #{idx < k} on each interval
-    starts = np.concatenate(([0], uniq + 1))  # interval t = [starts[t], ends[t]]
-    ends = np.concatenate((uniq, [g]))
-    keep = ends >= starts
-    scores = -np.abs(2 * below - n)[keep]
-    sizes = (ends - starts + 1)[keep]
-    mech = ExponentialMechanism(epsilon, 1.0)
-    t = sample_exp_weights(rng, mech.exponents(scores.tolist()), sizes.tolist())
-    k = int(starts[keep][t]) + rng.randbelow(int(sizes[t]))
-    return lower + k * (upper - lower) / g
 
 
 def median_abs_error(
@@ -114,11 +91,11 @@ def part1(runs: int) -> None:
     err, bottoms = median_abs_error(ladder_release, data, runs, "ladder")
     print(f"  {'PTR ladder (ε, δ = 1e-6)':32} {err:8.4f} {'—':>11}   (⊥ in {bottoms}/{runs})")
 
-    def em(x: np.ndarray, rng: KeyedRng) -> float:
-        return exponential_median(x, -10.0, 10.0, 1.0, rng)
-
-    err, _ = median_abs_error(em, data, runs, "em")
-    print(f"  {'exponential mechanism (pure ε)':32} {err:8.4f} {'—':>11}")
+    em = ExponentialQuantile(Fraction(1, 2), -10.0, 10.0, 1)
+    t0 = time.perf_counter()
+    err, _ = median_abs_error(em.release, data, runs, "em")
+    ms = (time.perf_counter() - t0) / runs * 1e3
+    print(f"  {'exponential mechanism (pure ε)':32} {err:8.4f} {'—':>11} {'':>8}  {ms:6.2f}")
 
 
 def per_person_mean_durations(people: int) -> np.ndarray:
@@ -149,10 +126,8 @@ def part2(runs: int, people: int) -> None:
         err, _ = median_abs_error(mech.release, data, runs, f"p2-{name}")
         print(f"  {name:32} {err:8.4f} s")
 
-    def em(x: np.ndarray, rng: KeyedRng) -> float:
-        return exponential_median(x, lo, hi, 1.0, rng)
-
-    err, _ = median_abs_error(em, data, runs, "p2-em")
+    em = ExponentialQuantile(Fraction(1, 2), lo, hi, 1)
+    err, _ = median_abs_error(em.release, data, runs, "p2-em")
     print(f"  {'exponential mechanism (pure ε)':32} {err:8.4f} s")
 
 

@@ -43,6 +43,7 @@ from apache_beam.transforms import combiners
 
 from .bounding import PERSON_COLUMN
 from .keys import KeySource, NoiseKey
+from .mechanisms.exponential_quantile import ExponentialQuantile
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
@@ -51,7 +52,7 @@ from .mechanisms.stability import StableTopPartition, top_partition_distance
 from .per_person import ReducePerPerson
 
 F64 = npt.NDArray[np.float64]
-PerPersonMechanism = SmoothQuantile | PTRQuantile | PTRMean | LadderPTR
+PerPersonMechanism = SmoothQuantile | PTRQuantile | PTRMean | LadderPTR | ExponentialQuantile
 PartitionKey = tuple[Any, ...]
 
 
@@ -133,9 +134,12 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         noise: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(mechanism, (SmoothQuantile, PTRQuantile, PTRMean, LadderPTR)):
+        if not isinstance(
+            mechanism, (SmoothQuantile, PTRQuantile, PTRMean, LadderPTR, ExponentialQuantile)
+        ):
             raise TypeError(
-                "mechanism must be SmoothQuantile, PTRQuantile, PTRMean or LadderPTR, got "
+                "mechanism must be SmoothQuantile, PTRQuantile, PTRMean, LadderPTR or "
+                "ExponentialQuantile, got "
                 f"{type(mechanism).__name__}"
             )
         # rows clamped to the mechanism's bounds before they are combined: no row value (±inf,

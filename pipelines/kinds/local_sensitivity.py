@@ -50,6 +50,8 @@ from .local_sensitivity_plan import (
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
+    from userdp.transforms.local_release import PerPersonMechanism
+
 # The per-person reductions a job file may name (transforms.per_person.REDUCTIONS).
 REDUCTIONS = ("mean", "sum", "count", "max", "min", "distinct")
 SMOOTH_NOISES = ("cauchy", "laplace", "lln")
@@ -281,7 +283,7 @@ def _per_person_plan(
     query: QueryConfig,
     ctx: PlanContext,
     method: str,
-    mechanism: SmoothQuantile | PTRQuantile | PTRMean | LadderPTR,
+    mechanism: PerPersonMechanism,
 ) -> PerPersonPlan:
     return PerPersonPlan(
         query.name,

@@ -35,6 +35,7 @@ from userdp.transforms.mechanisms.accounting import (
     float_down,
     zcdp_budget_for,
 )
+from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.smooth_sensitivity import (
@@ -90,6 +91,19 @@ def smooth_noise(kind: str, gamma: float, share: Budget, zcdp_delta: Fraction) -
             "laplace", epsilon=float_down(b.epsilon), delta=float_down(b.delta)
         )
     return make_smooth_noise("cauchy", epsilon=float_down(b.epsilon), gamma=gamma)
+
+
+def _rank_error(m: ExponentialQuantile) -> float:
+    """Ranks from q·n the release misses by at most, with probability ≥ 95%.
+
+    The exponential mechanism's utility bound (Dwork & Roth 2014, Thm. 3.11): the released score
+    is within 2Δ·ln((G + 1)/β)/ε of the best (which is within Δ of 0). The score is
+    −|d·B − a·n| up to ties for q = a/d, so d ranks of B move it by d: the rank error is the score
+    error over d, with Δ = max(a, d − a) and β = 5%.
+    """
+    a, d = m.q.numerator, m.q.denominator
+    delta = max(a, d - a)
+    return (2 * math.log((m.cells + 1) / 0.05) / float(m.epsilon) + 1) * delta / d
 
 
 def counted_as(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> dict[str, Any]:
@@ -218,6 +232,13 @@ class PerPersonPlan:
         head = f"{what} of {of}, clamped to [{self.lower:g}, {self.upper:g}]: "
         if isinstance(m, SmoothQuantile):
             lines = [head + "smooth sensitivity (NRS07)", _noise_line(m.noise)]
+        elif isinstance(m, ExponentialQuantile):
+            lines = [
+                head + "exponential mechanism on a grid",
+                f"ε={float(m.epsilon):.4g}, {m.cells:,} grid cells of width "
+                f"{(m.upper - m.lower) / m.cells:.3g}; rank error ≤ "
+                f"{_rank_error(m):.3g} persons with probability ≥ 95%",
+            ]
         else:
             lines = [head + "propose-test-release", *_ptr_lines(m)]
         return [*lines, _guarantee_line(self.share, self.guarantee, self.zcdp_delta)]

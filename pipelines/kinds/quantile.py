@@ -1,8 +1,10 @@
 """``median`` and ``quantile``: one metric, several mechanisms, chosen by the query's ``method``.
 
-* ``method = "smooth_sensitivity"`` (default): smooth sensitivity of the quantile of per-person
-  values with Cauchy-type, Laplace or Laplace-log-normal noise (``pipelines/kinds/
-  local_sensitivity.py``, issue 6);
+* ``method = "exponential"`` (default): the exponential mechanism on a public grid of the
+  bounds, pure ε (``pipelines/kinds/exponential_quantile.py``) — the lowest measured error;
+* ``method = "smooth_sensitivity"`` (the default when ``noise`` or ``gamma`` is set): smooth
+  sensitivity of the quantile of per-person values with Cauchy-type, Laplace or
+  Laplace-log-normal noise (``pipelines/kinds/local_sensitivity.py``, issue 6);
 * ``method = "shifted_inverse"``: the shifted inverse mechanism on the rank error, no bounds on
   the values needed beyond the output grid (``pipelines/kinds/shifted_inverse.py``, issue 5).
 
@@ -22,10 +24,14 @@ from ..config import QueryConfig
 from .base import BuildContext, KindPlan, PlanContext, QueryKind, QuerySection
 
 METHODS: dict[str, str] = {
+    "exponential": "userdp.pipelines.kinds.exponential_quantile",
     "smooth_sensitivity": "userdp.pipelines.kinds.local_sensitivity",
     "shifted_inverse": "userdp.pipelines.kinds.shifted_inverse",
 }
-DEFAULT_METHOD = "smooth_sensitivity"
+# The method with the lowest measured error under every budget kind (docs/accuracy.md); a query
+# that sets smooth sensitivity's own keys (noise, gamma) means that method.
+DEFAULT_METHOD = "exponential"
+SMOOTH_KEYS = ("noise", "gamma")
 
 
 def _method_kind(method: str) -> QueryKind:
@@ -40,7 +46,9 @@ class QuantileKind:
     metrics = ("median", "quantile")
 
     def parse(self, section: QuerySection) -> QueryConfig:
-        method = section.choice("method", tuple(METHODS), default=DEFAULT_METHOD)
+        smooth = any(section.has(k) for k in SMOOTH_KEYS)
+        default = "smooth_sensitivity" if smooth else DEFAULT_METHOD
+        method = section.choice("method", tuple(METHODS), default=default)
         return _method_kind(method).parse(section)
 
     def needs_delta(self, query: QueryConfig) -> bool:

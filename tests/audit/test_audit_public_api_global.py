@@ -18,12 +18,18 @@ where it is deterministic:
 
 Pairs and expected bounds (formulae: ``test_audit_core``; m = n/2 test draws a side):
 
-* Median, smooth sensitivity under (ε, δ) = (1, 10^-6) (Laplace noise, the planner's default
-  method for an (ε, δ) share), bounds [0, 10], per-person means: x = (0, 0, 10, 10, 10) against
+* Median, smooth sensitivity under (ε, δ) = (1, 10^-6) (Laplace noise), bounds [0, 10],
+  per-person means: x = (0, 0, 10, 10, 10) against
   x' = (0, 0, 10, 10) (``test_audit_local_sensitivity``'s JUMP_MEDIAN: the median moves from 10 to
   0). Expected ε_lb ≈ 0.36 at n = 2·10^4 (that audit's figure for the same mechanism). Negative
   control: the mechanism planned from a share of ε = 8 claimed as ε = 1 (the budget split is
   where a wiring bug would sit): measured, not derived (the smooth bound moves with ε).
+* Median by the exponential mechanism (the default method), ε = 1, bounds [0, 10], a grid of 4
+  cells (points 0, 2.5, 5, 7.5, 10): x = (0, 0, 0, 2.5, 7.5, 7.5) against x' = x + (10), the pair
+  a search over every multiset of ≤ 6 grid values plus one found best. Exact laws: P[y = 0] =
+  0.1614 vs 0.0672, ln-ratio 0.877 (< ε: the normaliser moves only partly), expected
+  ε_lb ≈ 0.67 at n = 4·10^4. Negative control: the share ε = 3 claimed as ε = 1: P[y = 0] =
+  0.0388 vs 0.0020, ln-ratio 2.96, expected ε_lb ≈ 2.0.
 * Sample-and-aggregate, clipped mean of ``v`` on k = 10 person chunks, range [0, 1], ε = 1:
   ``test_audit_sample_aggregate``'s pair (100 light persons with 10 rows of 0; x adds one heavy
   person with 10^4 rows of 1). Expected ε_lb ≈ 0.93 at n = 10^5 (that audit's). Negative control:
@@ -42,7 +48,8 @@ Pairs and expected bounds (formulae: ``test_audit_core``; m = n/2 test draws a s
   n = 4·10^4. Negative control: the share ε = 3 claimed as ε = 1, on the pair at its own
   threshold (T = 10): the best event's ln-ratio grows with ε, expected well above 1.
 
-Measured with the fixed secrets: median 0.368 (pass), 3.532 (caught); sample-and-aggregate 0.916
+Measured with the fixed secrets: median 0.368 (pass), 3.532 (caught); exponential median 0.683
+(pass), 1.857 (caught); sample-and-aggregate 0.916
 (pass), 6.019 (caught); top partition 0.837 (pass), 1.271 (caught, T = 10 at ε = 3/2);
 PTR mean 0.473 (pass), 1.315 (caught).
 """
@@ -70,6 +77,8 @@ from userdp.transforms.mechanisms.stability import top_partition_distance
 
 pytestmark = pytest.mark.slow  # Beam pipelines and 10^4–10^5 draws a side
 
+X_EM, X_PRIME_EM = (0.0, 0.0, 0.0, 2.5, 7.5, 7.5), (0.0, 0.0, 0.0, 2.5, 7.5, 7.5, 10.0)
+EM_FLOOR = 0.67 - 0.15  # expected ε_lb minus a margin (module docstring)
 Counts = tuple[tuple[str, int], ...]  # (partition, persons) pairs
 KEY = ReleaseKey(bytes(range(32)))
 DELTA = 1e-6
@@ -110,7 +119,10 @@ def _run(
 def _median(epsilon: float, out_dir: Path) -> Any:
     """The public API's planned smooth-sensitivity median, after checking the pipeline on x."""
     rows = pa.table({"person": [f"p{i}" for i in range(5)], "v": list(X_MEDIAN)})
-    metric = dp.Median(value="v", per_person="mean", bounds=[0, 10], epsilon=epsilon, delta=DELTA)
+    metric = dp.Median(
+        value="v", per_person="mean", bounds=[0, 10], method="smooth_sensitivity",
+        noise="laplace", epsilon=epsilon, delta=DELTA,
+    )  # fmt: skip
     out, plan = _run(rows, metric, dp.Budget(epsilon=epsilon, delta=DELTA), out_dir)
     mechanism = plan.mechanism
     draw = mechanism.release(np.array(X_MEDIAN), KEY.for_query("q").rng("value"))
@@ -139,6 +151,33 @@ def test_median_negative_control_share_not_the_claim_is_caught(tmp_path: Path) -
     assert_caught(
         _median_draw(_median(8.0, tmp_path)), X_MEDIAN, X_PRIME_MEDIAN,
         epsilon=1.0, delta=DELTA, n=N_MEDIAN, label="api-median-control",
+    )  # fmt: skip
+
+
+def _em_median(epsilon: float, out_dir: Path) -> Any:
+    """The public API's planned exponential-mechanism median (the default method)."""
+    rows = pa.table({"person": [f"p{i}" for i in range(len(X_EM))], "v": list(X_EM)})
+    metric = dp.Median(value="v", per_person="mean", bounds=[0, 10], grid_bits=2, epsilon=epsilon)
+    out, plan = _run(rows, metric, dp.Budget(epsilon=epsilon), out_dir)
+    mechanism = plan.mechanism
+    assert plan.method == "exponential"  # the default
+    draw = mechanism.release(np.array(X_EM), KEY.for_query("q").rng("value"))
+    assert out == [{"value": float(draw), "released": True}]
+    return mechanism
+
+
+def test_exponential_median_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    result = assert_private(
+        _median_draw(_em_median(1.0, tmp_path)), X_EM, X_PRIME_EM,
+        epsilon=1.0, n=N_TOP, label="api-em-median",
+    )  # fmt: skip
+    assert result.epsilon_lb >= EM_FLOOR, str(result)
+
+
+def test_exponential_median_negative_control_is_caught(tmp_path: Path) -> None:
+    assert_caught(
+        _median_draw(_em_median(3.0, tmp_path)), X_EM, X_PRIME_EM,
+        epsilon=1.0, n=N_TOP, label="api-em-median-control",
     )  # fmt: skip
 
 

@@ -69,6 +69,10 @@ def _queries() -> list[dict[str, Any]]:
          "value": "duration_s", "bounds": [0.0, 600.0], "noise": "laplace"},
         {"name": "median_lln", "metric": "median", "per_person": "max", "value": "duration_s",
          "bounds": [0.0, 600.0], "noise": "lln"},
+        {"name": "median_em", "metric": "median", "per_person": "mean", "value": "duration_s",
+         "bounds": [0.0, 600.0]},
+        {"name": "p10_em", "metric": "quantile", "q": 0.1, "per_person": "count",
+         "bounds": [0.0, 50.0], "grid_bits": 12},
         {"name": "median_shifted", "metric": "median", "method": "shifted_inverse",
          "value": "duration_s", "upper": 100000, "resolution": 0.5},
         {"name": "total_rows", "metric": "total", "upper": 2**21},
@@ -197,7 +201,9 @@ def test_every_metric_kind_is_in_the_job() -> None:
     metrics = {q["metric"] for q in _queries()}
     assert set(METRIC_KINDS) - {"trimmed_mean"} <= metrics  # trimmed_mean is refused (docs §11)
     assert {"count", "persons", "sum", "mean"} <= metrics
-    methods = {q.get("method", "smooth_sensitivity") for q in _queries() if "per_person" in q}
+    order = [q for q in _queries() if q["metric"] in ("median", "quantile")]
+    smooth = {"smooth_sensitivity" for q in order if "noise" in q or "gamma" in q}
+    methods = smooth | {q.get("method", "exponential") for q in order if "noise" not in q}
     methods |= {q["method"] for q in _queries() if "method" in q}
     assert set(METHODS) <= methods
     assert any(q.get("bound") == "auto" for q in _queries())  # the one variant of count/sum

@@ -1,0 +1,126 @@
+"""The exponential-mechanism quantile: its scores, its exact law, its privacy and its misuse."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from userdp.transforms.mechanisms import exponential_quantile as eq
+from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.rng import KeyedRng
+
+SECRET = bytes(range(32))
+
+
+def naive_scores(mech: ExponentialQuantile, values: list[float]) -> list[int]:
+    """u(k) = −|(d − a)·#below − a·#above| at every grid point, straight from the definition."""
+    idx = mech.grid_indices(values).tolist()
+    a, d = mech.q.numerator, mech.q.denominator
+    return [
+        -abs((d - a) * sum(i < k for i in idx) - a * sum(i > k for i in idx))
+        for k in range(mech.cells + 1)
+    ]
+
+
+def law(mech: ExponentialQuantile, values: list[float]) -> list[float]:
+    """P[output index = k], exactly from the definition (floats are enough for these sizes)."""
+    delta = max(mech.q.numerator, mech.q.denominator - mech.q.numerator)
+    w = [math.exp(float(mech.epsilon) * u / (2 * delta)) for u in naive_scores(mech, values)]
+    return [x / sum(w) for x in w]
+
+
+@pytest.mark.parametrize("q", [Fraction(1, 2), Fraction(1, 3), Fraction(9, 10)])
+def test_runs_are_the_scores_at_every_grid_point(q: Fraction) -> None:
+    mech = ExponentialQuantile(q, 0.0, 1.0, 1, grid_bits=4)
+    gen = np.random.default_rng(0)  # test data
+    for n in (0, 1, 2, 5, 9):
+        values = gen.uniform(-0.2, 1.2, n).round(2).tolist()
+        scores, lengths, starts = mech.runs(values)
+        expanded = [s for s, m in zip(scores, lengths, strict=True) for _ in range(m)]
+        assert expanded == naive_scores(mech, values)
+        assert starts[0] == 0 and sum(lengths) == mech.cells + 1
+
+
+@pytest.mark.parametrize("q", [Fraction(1, 2), Fraction(1, 4), Fraction(2, 3)])
+def test_brute_force_epsilon_dp_for_add_remove_one_value(q: Fraction) -> None:
+    """Every multiset of ≤ 3 values on a 5-point grid, plus one more value: every output's
+    probability ratio is at most e^ε (both directions)."""
+    eps = Fraction(7, 10)
+    mech = ExponentialQuantile(q, 0.0, 4.0, eps, grid_bits=2)
+    points = [0.0, 1.0, 2.0, 3.0, 4.0]
+    worst = 0.0
+    for n in range(4):
+        for x in itertools.combinations_with_replacement(points, n):
+            px = law(mech, list(x))
+            for extra in points:
+                py = law(mech, [*x, extra])
+                worst = max(worst, *(abs(math.log(a / b)) for a, b in zip(px, py, strict=True)))
+    assert worst <= float(eps) + 1e-12
+    assert worst > 0.5 * float(eps)  # not vacuous: the pairs move the law
+
+
+def test_release_frequencies_match_the_exact_law() -> None:
+    """χ² goodness of fit of 20,000 seeded releases; a correct sampler fails w.p. 10^-6."""
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=3)
+    values = [0.1, 0.3, 0.3, 0.6, 0.9, 0.95]
+    p = law(mech, values)
+    n = 20_000
+    counts = [0] * (mech.cells + 1)
+    for i in range(n):
+        out = mech.release(values, KeyedRng(SECRET, "eq", i))
+        counts[round(out * mech.cells)] += 1
+    expected = [n * x for x in p]
+    chi2 = sum((c - e) ** 2 / e for c, e in zip(counts, expected, strict=True))
+    assert chi2 < stats.chi2.ppf(1 - 1e-6, mech.cells)
+    # power: the law of the claim ε × 1.5 is rejected by the same test
+    wrong = law(ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1.5, grid_bits=3), values)
+    chi2_wrong = sum((c - n * e) ** 2 / (n * e) for c, e in zip(counts, wrong, strict=True))
+    assert chi2_wrong > stats.chi2.ppf(1 - 1e-6, mech.cells)
+
+
+def test_the_far_runs_drawn_by_rejection_keep_the_exact_law(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the rejection threshold lowered to 1/2, most draws go through the far block; the
+    frequencies must still fit the exact law (χ², failure probability 10^-6)."""
+    monkeypatch.setattr(eq, "TAIL", Fraction(1, 2))
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 2, grid_bits=3)
+    values = [0.1, 0.3, 0.3, 0.6, 0.9, 0.95]
+    exps = mech.mechanism.exponents(mech.runs(values)[0])
+    assert sum(q > eq.TAIL for q in exps) >= 3  # not vacuous: several runs are far
+    p = law(mech, values)
+    n = 20_000
+    counts = [0] * (mech.cells + 1)
+    for i in range(n):
+        counts[round(mech.release(values, KeyedRng(SECRET, "tail", i)) * mech.cells)] += 1
+    chi2 = sum((c - n * e) ** 2 / (n * e) for c, e in zip(counts, p, strict=True))
+    assert chi2 < stats.chi2.ppf(1 - 1e-6, mech.cells)
+
+
+def test_accuracy_on_dense_data() -> None:
+    """The median of 1,001 N(0, 1) draws on [−10, 10] at ε = 1 lands within 0.05 (95% of runs)."""
+    gen = np.random.default_rng(3)
+    mech = ExponentialQuantile(Fraction(1, 2), -10.0, 10.0, 1)
+    errors = []
+    for i in range(40):
+        x = gen.standard_normal(1001)
+        errors.append(abs(mech.release(x, KeyedRng(SECRET, "acc", i)) - float(np.median(x))))
+    assert sorted(errors)[37] < 0.05
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        ExponentialQuantile(1, 0.0, 1.0, 1)
+    with pytest.raises(ValueError, match="lower < upper"):
+        ExponentialQuantile(Fraction(1, 2), 1.0, 1.0, 1)
+    with pytest.raises(ValueError, match="epsilon must be positive"):
+        ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 0)
+    with pytest.raises(ValueError, match="grid_bits must be in"):
+        ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=41)
+    with pytest.raises(ValueError, match="NaN"):
+        ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1).release([math.nan], KeyedRng(SECRET, "x"))
