@@ -242,8 +242,15 @@ class Sum(_Metric):
 
 
 class Mean(_Metric):
-    """Mean of ``value`` clamped to ``bounds``: a noisy centred sum over a noisy row count, the
-    budget split evenly between them. Guarantee as :class:`Count`."""
+    """Mean of ``value`` clamped to ``bounds``: mid + noisy Σ(v − mid) / max(1, noisy rows),
+    clamped to ``bounds``; the statistic's budget split evenly between the two sums (with private
+    partitions the selection gets a third of the share). Guarantee as :class:`Count`.
+
+    Bias traded for error: clamping the ratio to the bounds never lets the error exceed the
+    range and lowers it, but on partitions whose noise is comparable to the range it pulls the
+    released mean towards the middle of the bounds; dividing by a noisy count adds a second-order
+    bias of about (mean − mid)·σ_rows²/rows². Both vanish as rows grow (measured in
+    docs/accuracy.md); ``stddev`` is a delta-method estimate from the noisy values."""
 
     metric = "mean"
 

@@ -7,6 +7,9 @@ add a thresholding selection. Rules for a query's share (what the manifest recor
 ``selection`` and ``statistic``):
 
 * Public partitions or no ``by``: the whole share goes to the statistic.
+* Private partitions: the share is cut into equal parts, one per noise draw (a ``mean`` draws
+  two) and one for the selection — the selection gets 1/2 of a count's share, 1/3 of a mean's, as
+  PipelineDP splits an aggregation. Below, "ε/2" is that selection part.
 * Private partitions, Laplace noise, (ε, δ) share: selection gets ε/2 and all of δ, with the rule
   that keeps the most partitions at that budget (:func:`~userdp.transforms.mechanisms.
   selection_choice.best_selection`: truncated geometric, or Gaussian thresholding converted to
@@ -69,6 +72,11 @@ if TYPE_CHECKING:
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
 AGGREGATE_COLUMNS = (("value", "float64"), ("stddev", "float64"))
+MEAN_ESTIMATOR = (
+    "mid + noisy centred sum / max(1, noisy rows), clamped to bounds: the clamp bounds the error "
+    "by the range and lowers it, but pulls partitions whose noise is comparable to the range "
+    "towards mid; the noisy divisor adds a bias of about (mean - mid)·var(rows)/rows²"
+)
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,8 @@ class QueryPlan:
                 "drawn_from": "selection noisy count" if self.releases_selection_count else "noise",
             },
         }
+        if p.metric == "mean":
+            out["statistic"]["estimator"] = MEAN_ESTIMATOR
         if p.count_noise is not None and self.count_sensitivity is not None:
             out["statistic"]["count_mechanism"] = _describe(p.count_noise)
             out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
@@ -281,29 +291,37 @@ def _own_split(
             "explicit shares left none",
             ctx.source,
         )
+    # One equal part of the share per noise draw (a mean draws two) and one for the selection,
+    # as PipelineDP splits an aggregation's budget: the mean's selection gets 1/3, not 1/2.
+    sel = Fraction(1, noise_draws(q) + 1) if private else Fraction(0)
     selection: SelectionRule | None = None
     selection_budget: Budget | None = None
     stat: Budget  # the statistic's budget, PureDP (Laplace) or ZCDP (Gaussian)
     if isinstance(share, ZCDP):
         if private:
-            selection = GaussianThresholding(share.rho / 2, sel_delta, L)
-        stat = ZCDP(share.rho / 2 if private else share.rho)
+            selection = GaussianThresholding(share.rho * sel, sel_delta, L)
+        stat = ZCDP(share.rho * (1 - sel))
     elif isinstance(share, ApproxDP) and not laplace:
         rho = zcdp_budget_for(ApproxDP(share.epsilon, share.delta / 2 if private else share.delta))
         if private:
-            selection = GaussianThresholding(rho.rho / 2, share.delta / 2, L)
-        stat = ZCDP(rho.rho / 2 if private else rho.rho)
+            selection = GaussianThresholding(rho.rho * sel, share.delta / 2, L)
+        stat = ZCDP(rho.rho * (1 - sel))
     else:
         eps = share.epsilon
         if private:
             assert isinstance(share, ApproxDP)  # config guarantees δ > 0 for private partitions
             if persons_reuse:  # its noisy count is the released value: Laplace thresholding
                 selection = LaplaceThresholding(eps, share.delta, L)
-            else:  # keys only: the rule that keeps the most at (ε/2, δ) (selection_choice)
-                selection = best_selection(eps / 2, share.delta, L)
-            selection_budget = ApproxDP(eps if persons_reuse else eps / 2, share.delta)
-        stat = PureDP(eps / 2 if private and not persons_reuse else eps)
+            else:  # keys only: the rule that keeps the most at its budget (selection_choice)
+                selection = best_selection(eps * sel, share.delta, L)
+            selection_budget = ApproxDP(eps if persons_reuse else eps * sel, share.delta)
+        stat = PureDP(eps if persons_reuse else eps * (1 - sel))
     return selection, selection_budget, stat, persons_reuse
+
+
+def noise_draws(q: QueryConfig) -> int:
+    """Noise draws per partition of a bounded aggregate: a mean draws two (sum and rows)."""
+    return 2 if q.metric == "mean" else 1
 
 
 def _sensitivities(q: QueryConfig, b: BoundingParams) -> tuple[Sensitivity, Sensitivity | None]:

@@ -10,9 +10,10 @@ own statistic's noise — what PipelineDP does for the metrics of one aggregatio
 "auto"``) with private partitions, the same ``by`` (in order) and L, and the same family: Laplace
 noise under an (ε, δ) total, or any noise under a ρ total (Gaussian noise under an (ε, δ) total
 is converted per query and is not grouped). A group of one keeps the per-query plan. For a group,
-with k the members that draw their own statistic noise, each of them gives 1/(k + 1) of its share
-to the selection and keeps k/(k + 1) for its statistic — for k = 1 this is today's even split, and
-for k = 2 equal shares the selection and each statistic get a third of the group's total; a
+with k the noise draws per partition of the members that draw their own noise (a ``mean`` draws
+two), each of them gives 1/(k + 1) of its share to the selection and keeps k/(k + 1) for its
+statistic — for one query alone this is its own split (1/2 for a count, 1/3 for a mean), and for
+a count and a mean with equal shares the selection gets a quarter of the group's total; a
 ``persons`` query with Laplace noise gives all of its share, and then the selection is Laplace
 thresholding whose noisy count is that query's released value (no second draw). All members' δ
 (under a ρ total: their selection δ) goes to the selection. Otherwise the selection uses the rule
@@ -45,7 +46,7 @@ from userdp.transforms.mechanisms.selection_choice import best_selection
 from userdp.transforms.params import SelectionRule
 
 from ..config_model import QueryConfig
-from .aggregate_plan import describe_selection
+from .aggregate_plan import describe_selection, noise_draws
 
 AGGREGATES = ("count", "persons", "sum", "mean")
 
@@ -146,7 +147,7 @@ def _group_plan(
 ) -> SelectionPlan:
     reuse = [q for q in members if _reuses_count(q, total)]
     drawing = [q for q in members if not _reuses_count(q, total)]
-    k = len(drawing)
+    k = sum(noise_draws(q) for q in drawing)  # noise draws per partition (a mean draws two)
     keep = Fraction(k, k + 1)  # each drawing member's statistic part
     names = tuple(q.name for q in members)
     rule: SelectionRule

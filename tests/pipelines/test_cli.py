@@ -25,10 +25,10 @@ def test_plan_prints_split_mechanisms_and_errors(capsys: pytest.CaptureFixture[s
     assert "budget: total (ε=1, δ=1e-06); spent (ε=1, δ=1e-06)" in out
     assert "visits_per_domain: share (ε=0.5, δ=5e-07)\n  count by domain\n" in out
     assert "selection: shared, selection[domain;L=5] (below)" in out
-    assert "count: Laplace ε=0.3333333333, L1 sens 15" in out and "95% error ±134.8" in out
-    assert "selection[domain;L=5]: share (ε=0.3333333333, δ=1e-06)" in out
+    assert "count: Laplace ε=0.375, L1 sens 15" in out and "95% error ±119.8" in out
+    assert "selection[domain;L=5]: share (ε=0.25, δ=1e-06)" in out
     assert "shared by visits_per_domain, mean_duration_per_domain" in out
-    assert "GaussianThresholding, keeps a partition with ≥ 155 persons half the time" in out
+    assert "GaussianThresholding, keeps a partition with ≥ 203 persons half the time" in out
     assert (
         "mean_duration_per_domain: share" in out
         and "  mean by domain\n" in out

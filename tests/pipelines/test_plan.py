@@ -37,6 +37,16 @@ def single(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "queries": raw["queries"][:1]}
 
 
+def test_a_private_mean_gives_a_third_to_its_selection() -> None:
+    raw = job()
+    raw["queries"] = raw["queries"][1:]  # the mean alone
+    (mean,) = plan_release(parse_job(raw)).queries
+    # three equal parts: selection, centred sum, row count (as PipelineDP splits a mean)
+    assert mean.selection_budget == ApproxDP(Fraction(1, 3), Fraction(1, 10**6))
+    assert mean.statistic_budget == PureDP(Fraction(2, 3))
+    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(1, 3)))
+
+
 def test_one_private_query_splits_its_share_with_its_own_selection() -> None:
     plan = plan_release(parse_job(single(job())))
     (count,) = plan.queries
@@ -56,35 +66,35 @@ def test_example_plan_split_and_sensitivities() -> None:
     count, mean = plan.queries
     assert count.share == mean.share == EPS_HALF
 
-    # Both are private by domain with L = 5: one shared selection. Each gives 1/(k+1) = 1/3 of
-    # its ε and all of its δ to it: (1/3, 10^-6); each statistic keeps ε = 1/3.
+    # Both are private by domain with L = 5: one shared selection. The count draws once and the
+    # mean twice (k = 3), so each gives 1/(k+1) = 1/4 of its ε and all of its δ to it:
+    # (1/4, 10^-6); each statistic keeps ε = 3/8.
     (shared,) = plan.selections
     assert shared.members == ("visits_per_domain", "mean_duration_per_domain")
-    assert shared.share == ApproxDP(Fraction(1, 3), Fraction(1, 10**6))
-    assert shared.rule == best_selection(Fraction(1, 3), Fraction(1, 10**6), 5)
+    assert shared.share == ApproxDP(Fraction(1, 4), Fraction(1, 10**6))
+    assert shared.rule == best_selection(Fraction(1, 4), Fraction(1, 10**6), 5)
     assert count.params.selection == mean.params.selection == shared.rule
     assert count.shared_selection == mean.shared_selection == shared.name
-    assert count.statistic_budget == mean.statistic_budget == PureDP(Fraction(1, 3))
+    assert count.statistic_budget == mean.statistic_budget == PureDP(Fraction(3, 8))
     # rows: C, L·C, √L·C.
     assert (count.sensitivity.per_partition, count.sensitivity.l1) == (3, 15)
     assert count.sensitivity.l2 == pytest.approx(3 * math.sqrt(5), rel=1e-15)
     assert count.sensitivity.l2 >= 3 * math.sqrt(5)
     noise = count.params.noise
-    assert isinstance(noise, LaplaceMechanism) and noise == LaplaceMechanism(
-        15, float_down(Fraction(1, 3))
-    )
-    assert noise.scale == pytest.approx(45, rel=1e-9)
-    assert count.error95 == pytest.approx(45 * math.log(20), rel=1e-9)
-    assert count.stddev == pytest.approx(45 * math.sqrt(2), rel=1e-6)
+    assert isinstance(noise, LaplaceMechanism)
+    assert noise == LaplaceMechanism(15, float_down(Fraction(3, 8)))
+    assert noise.scale == pytest.approx(40, rel=1e-9)
+    assert count.error95 == pytest.approx(40 * math.log(20), rel=1e-9)
+    assert count.stddev == pytest.approx(40 * math.sqrt(2), rel=1e-6)
 
-    # mean: centred sum C·(hi−lo)/2 = 900 per partition, 4500 L1; the statistic's ε = 1/3 is
-    # split evenly: 1/6 for the centred sum and 1/6 for the row count.
+    # mean: centred sum C·(hi−lo)/2 = 900 per partition, 4500 L1; the statistic's ε = 3/8 is
+    # split evenly: 3/16 for the centred sum and 3/16 for the row count.
     assert (mean.sensitivity.per_partition, mean.sensitivity.l1) == (900, 4500)
     assert mean.count_sensitivity is not None and mean.count_sensitivity.l1 == 15
-    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(1, 6)))
-    assert mean.params.count_noise == LaplaceMechanism(15, float_down(Fraction(1, 6)))
-    assert mean.stddev == pytest.approx(27000 * math.sqrt(2), rel=1e-6)
-    assert mean.count_stddev == pytest.approx(90 * math.sqrt(2), rel=1e-6)
+    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(3, 16)))
+    assert mean.params.count_noise == LaplaceMechanism(15, float_down(Fraction(3, 16)))
+    assert mean.stddev == pytest.approx(24000 * math.sqrt(2), rel=1e-6)
+    assert mean.count_stddev == pytest.approx(80 * math.sqrt(2), rel=1e-6)
     assert mean.mean_stddev(100) == pytest.approx(
         math.hypot(mean.stddev, 300 * (mean.count_stddev or 0.0)) / 100
     )
@@ -101,11 +111,11 @@ def test_a_persons_member_releases_the_shared_laplace_count() -> None:
     plan = plan_release(parse_job(query(0, metric="persons", max_rows_per_partition=None)))
     persons, mean = plan.queries
     (shared,) = plan.selections
-    # persons gives all of ε = 1/2, the mean 1/(k+1) = 1/2 of its 1/2 (k = 1 drawing member)
+    # persons gives all of ε = 1/2, the mean 1/(k+1) = 1/3 of its 1/2 (k = 2: it draws twice)
     assert shared.releases_count and isinstance(shared.rule, LaplaceThresholding)
-    assert shared.share == ApproxDP(Fraction(3, 4), Fraction(1, 10**6))
+    assert shared.share == ApproxDP(Fraction(2, 3), Fraction(1, 10**6))
     assert persons.releases_selection_count and persons.params.release_selection_count
-    assert mean.statistic_budget == PureDP(Fraction(1, 4))
+    assert mean.statistic_budget == PureDP(Fraction(1, 3))
     assert persons.stddev == pytest.approx(discrete_laplace_std(shared.rule.scale))
 
 
@@ -140,10 +150,11 @@ def test_zcdp_total_shared_selection() -> None:
     plan = plan_release(parse_job(job(budget={"rho": 0.5, "delta": 1e-6})))
     assert plan.total == plan.spent == ZCDP(Fraction(1, 2))
     (shared,) = plan.selections
-    # each member: ρ = 1/4 and selection δ = 5·10^-7; the selection gets 1/3 of each ρ and all δ
-    assert shared.share == ZCDP(Fraction(1, 6)) and shared.selection_delta == Fraction(1, 10**6)
-    assert shared.rule == GaussianThresholding(Fraction(1, 6), Fraction(1, 10**6), 5)
-    assert [q.statistic_budget for q in plan.queries] == [ZCDP(Fraction(1, 6))] * 2
+    # each member: ρ = 1/4 and selection δ = 5·10^-7; with k = 3 draws (count 1, mean 2) the
+    # selection gets 1/4 of each ρ and all δ
+    assert shared.share == ZCDP(Fraction(1, 8)) and shared.selection_delta == Fraction(1, 10**6)
+    assert shared.rule == GaussianThresholding(Fraction(1, 8), Fraction(1, 10**6), 5)
+    assert [q.statistic_budget for q in plan.queries] == [ZCDP(Fraction(3, 16))] * 2
 
 
 def test_laplace_under_zcdp_uses_epsilon_with_eps2_over_2_at_most_rho() -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import importlib.util
 import math
 import statistics
-from collections import defaultdict
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from scipy import stats
 
+from tests.beam_collect import run_and_collect
 from tests.stats_helpers import P_MIN
 from userdp.pipelines import example_functions
 from userdp.transforms.bounding import PERSON_COLUMN
@@ -222,21 +221,15 @@ def test_pandas_input() -> None:
 
 # --- pipelines -------------------------------------------------------------------------------
 
-_SINK: dict[str, list[Any]] = defaultdict(list)  # filled in-process by the FnApiRunner
-
-
-def _collect(element: Any, tag: str) -> None:
-    _SINK[tag].append(element)
-
 
 def run(branches: dict[str, Any], inputs: list[pa.Table]) -> dict[str, list[Any]]:
     """One pipeline; each branch transform is applied to the same input tables."""
-    _SINK.clear()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
         data = p | "Create" >> beam.Create(inputs)
-        for tag, transform in branches.items():
-            _ = data | tag >> transform | f"Collect{tag}" >> beam.Map(_collect, tag)
-    return {tag: list(_SINK[tag]) for tag in branches}
+        return {tag: data | tag >> transform for tag, transform in branches.items()}
+
+    return run_and_collect(build)
 
 
 def test_every_chunk_answers_exactly_once_and_matches_the_reference() -> None:

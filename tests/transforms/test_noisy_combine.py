@@ -8,8 +8,8 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from tests.beam_collect import run_and_collect
 from userdp.transforms.bounding import PartitionStats
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.partition_selection import (
@@ -41,25 +41,19 @@ def release_params(metric: str, **kw: Any) -> ReleaseParams:
     return ReleaseParams("q", metric, BOUNDS, noise, **kw)  # type: ignore[arg-type]
 
 
-_SINK: list[dict[str, Any]] = []  # filled in-process by the FnApiRunner (functions pickle by name)
-
-
-def _collect(row: dict[str, Any]) -> None:
-    _SINK.append(row)
-
-
 def run(
     params: ReleaseParams, stats: list[Any], key: ReleaseKey = RELEASE_KEY, noise: bool = True
 ) -> list[dict[str, Any]]:
-    _SINK.clear()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
+    def build(p: beam.Pipeline) -> dict[str, Any]:
         rows = (
             p
             | "Create" >> beam.Create(stats)
             | "Release" >> ReleaseNoisily(params, key, noise=noise)
         )
-        rows | "Collect" >> beam.Map(_collect)
-    return sorted(_SINK, key=lambda r: tuple(r.get(c) for c in params.bounding.by))
+        return {"rows": rows}
+
+    rows = run_and_collect(build)["rows"]
+    return sorted(rows, key=lambda r: tuple(r.get(c) for c in params.bounding.by))
 
 
 def test_canonical_key_string_is_type_tagged() -> None:
