@@ -75,3 +75,27 @@ def test_auto_bound_benchmark_prints_every_family_and_epsilon() -> None:
 
 
 FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["constant"]]
+
+
+def _script(name: str) -> Path:
+    return SCRIPT.parent / f"{name}.py"
+
+
+@pytest.mark.slow
+def test_the_accuracy_and_shared_selection_benchmarks_run(tmp_path: Path) -> None:
+    """Both print their tables on tiny data (userdp only: PipelineDP is an opt-in child)."""
+    import subprocess  # noqa: PLC0415
+
+    acc = subprocess.run(
+        [sys.executable, str(_script("accuracy")), "--people", "400", "--runs", "1",
+         "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = [line for line in acc.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 8  # the header, then 4 metrics × 2 partition modes
+    assert "userdp mean (private)" in acc.stdout
+    shared = subprocess.run(
+        [sys.executable, str(_script("shared_selection")), "--people", "400", "--runs", "1"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "shared selection" in shared.stdout and "runs with two key sets 0/1" in shared.stdout
