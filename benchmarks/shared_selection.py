@@ -37,6 +37,10 @@ from userdp.transforms.mechanisms.rng import ReleaseKey
 COUNT, MEAN = "visits_per_domain", "mean_duration_per_domain"
 
 
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")  # nan: no partition in both modes
+
+
 def _release(
     workdir: Path, key: ReleaseKey, *, shared: bool, noise: bool = True
 ) -> dict[str, dict[str, float]]:
@@ -87,8 +91,7 @@ def main() -> None:
                 f"{label}  partitions released: count {statistics.mean(kept[m, COUNT]):5.1f}, "
                 f"mean {statistics.mean(kept[m, MEAN]):5.1f}; runs with two key sets "
                 f"{differ[m]}/{args.runs}; median |error| where both modes released: count "
-                f"{statistics.median(errors[m, COUNT]):6.2f}, mean "
-                f"{statistics.median(errors[m, MEAN]):5.2f}"
+                f"{_median(errors[m, COUNT]):6.2f}, mean {_median(errors[m, MEAN]):5.2f}"
             )
 
 
