@@ -63,6 +63,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/local_sensitivity.py
 	$(PY) benchmarks/sample_aggregate.py
 	$(PY) benchmarks/library.py  # PipelineDP row: add --pipelinedp-python PATH
+	$(PY) benchmarks/accuracy.py  # PipelineDP rows: add --pipelinedp-python PATH
+	$(PY) benchmarks/shared_selection.py
 
 demo: $(STAMP)
 	$(USERDP) demo
