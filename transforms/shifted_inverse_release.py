@@ -4,11 +4,13 @@ Both mechanisms see the data through a few small statistics per partition, so th
 
 1. :class:`~transforms.aggregate.ShardByPerson` — all rows of a person in one table (the
    release's one shuffle by person, shared with its other queries);
-2. per shard, **one reduction per person** (and partition): :func:`shard_contributions`, vectorised
+2. per shard, **one reduction per person** (and partition): :func:`~.shifted_inverse_contributions.
+   shard_contributions`, vectorised
    in numpy/pyarrow — rows are clamped to [0, ``limit``], each person keeps at most L public
    partitions, then one value per (person, partition) or, for distinct counts and quantiles of row
    values, the person's rows tagged with a person code;
-3. a ``CombinePerKey`` whose CombineFn keeps only what the mechanism reads — the exact total and the
+3. a ``CombinePerKey`` (:mod:`.shifted_inverse_combiners`) whose CombineFn keeps only what the
+   mechanism reads — the exact total and the
    top-K per-person totals (:class:`TopTotals`), the top-K per-person values (:class:`TopValues`),
    the histogram over the clamp grid with every candidate's clamped sum (:class:`ClampStats`),
    or the gathered rows (:class:`GatherRows`, distinct counts and quantiles only). Each is
@@ -33,21 +35,14 @@ only on that person's rows. ``noise=False`` is a test hook: the exact statistic,
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import accumulate, chain
 from typing import Any, Literal
 
 import apache_beam as beam
 import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 from apache_beam.pvalue import PCollection
 
-from .bounding import PERSON_COLUMN
 from .keys import KeySource, NoiseKey
 from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from .mechanisms.auto_bound import ClampChoiceParams
@@ -63,330 +58,8 @@ from .mechanisms.shifted_inverse_stats import (
     sum_down_values,
 )
 from .noisy_combine import canonical_key_string
-
-I64 = npt.NDArray[np.int64]
-Key = tuple[Any, ...]
-Shape = Literal["totals", "values", "pairs", "rows"]
-_HALF = 20  # fixed-point sums are added as two halves of ≤ 20 and ≤ 21 bits (exact in float64)
-
-
-@dataclass(frozen=True)
-class Contributions:
-    """What each shard contributes per partition (public parameters only).
-
-    Attributes:
-      shape: ``totals`` (one exact int per person: rows, or the fixed-point sum of ``value``),
-        ``values`` (one number per person: ``reduction`` of its rows), ``pairs`` (the distinct
-        (value, person) pairs) or ``rows`` (every row's clamped value and its person).
-      reduction: per person, ``count``, ``sum`` or ``max`` (``totals`` / ``values``).
-      value: the column read (None for ``count``).
-      limit: row values are clamped to [0, limit] (negative values count as 0).
-      quantum: fixed-point exponent q of sums (values in units of 2^q).
-      by, public_keys, max_partitions: the public partitions and L (no ``by``: one partition).
-    """
-
-    shape: Shape
-    reduction: str = "count"
-    value: str | None = None
-    limit: float = 0.0
-    quantum: int = 0
-    by: tuple[str, ...] = ()
-    public_keys: tuple[Key, ...] = ((),)
-    max_partitions: int = 1
-
-    def __post_init__(self) -> None:
-        if self.shape not in ("totals", "values", "pairs", "rows"):
-            raise ValueError(f"shape must be totals, values, pairs or rows, got {self.shape!r}")
-        if self.reduction not in ("count", "sum", "max"):
-            raise ValueError(f"reduction must be count, sum or max, got {self.reduction!r}")
-        needs_value = self.shape in ("pairs", "rows") or self.reduction != "count"
-        if (self.value is not None) != needs_value:
-            raise ValueError("count takes no value column; every other contribution reads one")
-        if not self.public_keys or any(len(k) != len(self.by) for k in self.public_keys):
-            raise ValueError("public_keys: one or more tuples with one value per `by` column")
-        if self.max_partitions < 1 or (not self.by and self.max_partitions != 1):
-            raise ValueError("max_partitions: L ≥ 1, and 1 without `by`")
-
-    @property
-    def unit(self) -> Fraction:
-        """The value of one fixed-point unit (sums), else 1."""
-        return Fraction(2) ** self.quantum if self.reduction == "sum" else Fraction(1)
-
-    def empty(self) -> Any:
-        """The contribution of a partition with no rows."""
-        if self.shape in ("pairs", "rows"):
-            return (np.zeros(0, dtype=object if self.shape == "pairs" else np.float64), _I0)
-        return np.zeros(0, dtype=np.float64 if self.reduction == "max" else np.int64)
-
-
-_I0: I64 = np.zeros(0, dtype=np.int64)
-
-
-# --- step 2: per shard, one reduction per (person, partition) ----------------------------------
-
-
-def _sorted_codes(column: pa.ChunkedArray) -> tuple[I64, list[Any]]:
-    """Per row, the rank of its value among the column's sorted distinct values; those values."""
-    enc = pc.dictionary_encode(column.combine_chunks())
-    order = np.asarray(pc.sort_indices(enc.dictionary), dtype=np.int64)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    codes = rank[np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
-    return codes, enc.dictionary.take(pa.array(order)).to_pylist()
-
-
-def _partition_codes(table: pa.Table, by: tuple[str, ...]) -> tuple[I64, list[Key]]:
-    """Per row its partition code, ordered like the key tuples; the key of each code."""
-    if not by:
-        return np.zeros(table.num_rows, dtype=np.int64), [()]
-    columns = [_sorted_codes(table.column(c)) for c in by]
-    stacked = np.stack([c for c, _ in columns], axis=1)
-    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    keys = [tuple(columns[i][1][j] for i, j in enumerate(row)) for row in uniq.tolist()]
-    return inverse.reshape(-1).astype(np.int64), keys
-
-
-def _quanta(v: npt.NDArray[np.float64], q: int) -> I64:
-    """round(v/2^q), ties to even: exact for v in [0, limit], limit/2^q ≤ 2^40."""
-    out: I64 = np.rint(np.ldexp(v, -q)).astype(np.int64)
-    return out
-
-
-def _group_sums(group: I64, x: I64, size: int) -> npt.NDArray[Any]:
-    """Σ x per group, exactly (x in [0, 2^41]): int64, or Python ints if int64 could overflow."""
-    lo = np.bincount(group, weights=(x & ((1 << _HALF) - 1)).astype(np.float64), minlength=size)
-    hi = np.bincount(group, weights=(x >> _HALF).astype(np.float64), minlength=size)
-    if size == 0 or (hi.max() < 2.0**42 and lo.max() < 2.0**52):
-        return (hi.astype(np.int64) << _HALF) + lo.astype(np.int64)
-    return np.array([(int(h) << _HALF) + int(v) for h, v in zip(hi, lo, strict=True)], object)
-
-
-def _public_rows(table: pa.Table, spec: Contributions) -> pa.Table:
-    """The rows whose partition key is public (all rows without ``by``)."""
-    if not spec.by:
-        return table
-    keys = pa.table(
-        {c: pa.array([k[i] for k in spec.public_keys], table.schema.field(c).type)
-         for i, c in enumerate(spec.by)}
-    )  # fmt: skip
-    return table.join(keys.group_by(list(spec.by)).aggregate([]), list(spec.by), join_type="inner")
-
-
-def _kept_pairs(
-    person: I64, part: I64, P: int, L: int
-) -> tuple[I64, I64, I64, npt.NDArray[np.bool_]]:
-    """(person, partition) pairs: per row its pair; per pair its partition, rows, and whether the
-    person keeps it — each person's L partitions with the most rows (ties: the smaller key)."""
-    pairs, pair_of_row, rows = np.unique(person * P + part, return_inverse=True, return_counts=True)
-    pair_person, pair_part = pairs // P, pairs % P
-    kept = np.ones(len(pairs), dtype=bool)
-    if L < P:
-        order = np.lexsort((pair_part, -rows, pair_person))
-        starts = np.r_[0, np.flatnonzero(np.diff(pair_person[order])) + 1]
-        run = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order)) - run
-        kept = rank < L
-    return pair_of_row.reshape(-1), pair_part, rows, kept
-
-
-def _per_pair(
-    spec: Contributions, table: pa.Table, pair_of_row: I64, rows: I64
-) -> npt.NDArray[Any]:
-    """One value per (person, partition): rows, the exact fixed-point sum, or the maximum."""
-    if spec.reduction == "count":
-        return rows.astype(np.int64)
-    values = _clamped(table, spec)
-    if spec.reduction == "sum":
-        return _group_sums(pair_of_row, _quanta(values, spec.quantum), len(rows))
-    out = np.zeros(len(rows), dtype=np.float64)
-    np.maximum.at(out, pair_of_row, values)
-    return out
-
-
-def _clamped(table: pa.Table, spec: Contributions) -> npt.NDArray[np.float64]:
-    """The value column clamped to [0, limit]: +inf → limit, negative → 0 (documented)."""
-    raw = table.column(str(spec.value)).combine_chunks().to_numpy(zero_copy_only=False)
-    return np.clip(np.asarray(raw, dtype=np.float64), 0.0, spec.limit)
-
-
-def _distinct_pairs(values: pa.Array, codes: I64) -> tuple[npt.NDArray[Any], I64]:
-    """The distinct (value, person code) pairs."""
-    uniq = pa.table({"v": values, "c": pa.array(codes)}).group_by(["v", "c"]).aggregate([])
-    v = np.empty(uniq.num_rows, dtype=object)  # 1-d whatever the values' type
-    v[:] = uniq.column("v").to_pylist()
-    return v, np.asarray(uniq.column("c").to_numpy(), dtype=np.int64)
-
-
-def shard_contributions(
-    shard: int, table: pa.Table, spec: Contributions
-) -> Iterator[tuple[Key, Any]]:
-    """(partition key, contribution) for every public partition with rows in this shard.
-
-    ``table`` holds all rows of its persons. Contributions: ``totals`` / ``values`` a 1-d array
-    (one entry per person in the partition, ids dropped); ``pairs`` / ``rows`` (values, person
-    codes), codes unique across shards (shard·2^32 + index). Not private: feeds a combine.
-    """
-    table = _public_rows(table, spec)
-    if table.num_rows == 0:
-        return
-    enc = pc.dictionary_encode(table.column(PERSON_COLUMN).combine_chunks())
-    person = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    part, keys = _partition_codes(table, spec.by)
-    pair_of_row, pair_part, rows, kept = _kept_pairs(person, part, len(keys), spec.max_partitions)
-    if spec.shape in ("totals", "values"):
-        per_pair = _per_pair(spec, table, pair_of_row, rows)
-        for p in np.unique(pair_part[kept]).tolist():
-            yield keys[p], per_pair[kept & (pair_part == p)]
-        return
-    row_kept, codes = kept[pair_of_row], (shard << 32) + person
-    values = _clamped(table, spec) if spec.shape == "rows" else None
-    raw = table.column(str(spec.value)).combine_chunks()
-    for p in np.unique(part[row_kept]).tolist():
-        mask = row_kept & (part == p)
-        if values is None:
-            yield keys[p], _distinct_pairs(raw.filter(pa.array(mask)), codes[mask])
-        else:
-            yield keys[p], (values[mask], codes[mask])
-
-
-class _Contribute:
-    """(shard, table) → :func:`shard_contributions` (picklable parameters only)."""
-
-    def __init__(self, spec: Contributions) -> None:
-        self._spec = spec
-
-    def __call__(self, shard: int, table: pa.Table) -> Iterator[tuple[Key, Any]]:
-        return shard_contributions(shard, table, self._spec)
-
-
-# --- step 3: combiners, lifted before the shuffle ------------------------------------------
-
-
-def _top(k: int, *iterables: Iterable[Any]) -> list[Any]:
-    """The k largest items, non-increasing (exact comparisons of ints, floats or Fractions)."""
-    return heapq.nlargest(k, chain(*iterables)) if k > 0 else []
-
-
-def _candidates(values: npt.NDArray[Any], k: int) -> list[Any]:
-    """A list holding the k largest of ``values`` (numpy's partition first, when it can)."""
-    if values.dtype != object and len(values) > k:
-        return list(np.partition(values, len(values) - k)[len(values) - k :].tolist())
-    return list(values.tolist())
-
-
-class TopTotals(beam.CombineFn):
-    """Per-person totals → (exact total, the K largest totals, non-increasing).
-
-    Composes :func:`_top` (a bounded heap) rather than a Beam top-N combiner: the exact total rides
-    in the same accumulator, and Python ints never overflow.
-    """
-
-    def __init__(self, k: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-        self._k = k
-
-    def create_accumulator(self) -> tuple[int, list[int]]:
-        return 0, []
-
-    def add_input(
-        self, acc: tuple[int, list[int]], totals: npt.NDArray[Any]
-    ) -> tuple[int, list[int]]:
-        total = sum(int(t) for t in totals.tolist())  # Python ints: exact
-        return acc[0] + total, _top(self._k, acc[1], [int(t) for t in _candidates(totals, self._k)])
-
-    def merge_accumulators(self, accs: Iterable[tuple[int, list[int]]]) -> tuple[int, list[int]]:
-        accs = list(accs)
-        return sum(a[0] for a in accs), _top(self._k, *(a[1] for a in accs))
-
-    def extract_output(self, acc: tuple[int, list[int]]) -> tuple[int, list[int]]:
-        return acc
-
-
-class TopValues(beam.CombineFn):
-    """Per-person values → the K largest, non-increasing (maxima, k-th largest)."""
-
-    def __init__(self, k: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-        self._k = k
-
-    def create_accumulator(self) -> list[Any]:
-        return []
-
-    def add_input(self, acc: list[Any], values: npt.NDArray[Any]) -> list[Any]:
-        return _top(self._k, acc, _candidates(values, self._k))
-
-    def merge_accumulators(self, accs: Iterable[list[Any]]) -> list[Any]:
-        return _top(self._k, *accs)
-
-    def extract_output(self, acc: list[Any]) -> list[Any]:
-        return acc
-
-
-class ClampStats(beam.CombineFn):
-    """Per-person totals → (histogram over the clamp choice's buckets, Σ min(t, c_k) per c_k).
-
-    ``thresholds`` are the candidate clamps c_k in fixed-point units, increasing; a total t falls
-    in bucket #{thresholds < t} (:meth:`ClampChoiceParams.bucket`, vectorised and exact on ints).
-    """
-
-    def __init__(self, thresholds: Sequence[int]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-        self._thresholds = [int(t) for t in thresholds]
-
-    def create_accumulator(self) -> tuple[list[int], list[int]]:
-        n = len(self._thresholds)
-        return [0] * (n + 1), [0] * n
-
-    def add_input(
-        self, acc: tuple[list[int], list[int]], totals: npt.NDArray[Any]
-    ) -> tuple[list[int], list[int]]:
-        cap = self._thresholds[-1] + 1  # every total above the largest clamp acts alike
-        t = np.sort(np.array([min(int(x), cap) for x in totals.tolist()], dtype=np.int64))
-        thr = np.asarray(self._thresholds, dtype=np.int64)
-        hist = np.bincount(np.searchsorted(thr, t, side="left"), minlength=len(thr) + 1)
-        prefix = [0, *accumulate(t.tolist())]  # exact Python ints
-        n, clamped = len(t), []
-        for b in self._thresholds:  # Σ min(t, b) = Σ_{t ≤ b} t + b·#{t > b}
-            i = int(np.searchsorted(t, b, side="right"))
-            clamped.append(prefix[i] + b * (n - i))
-        return self.merge_accumulators([acc, (hist.tolist(), clamped)])
-
-    def merge_accumulators(
-        self, accs: Iterable[tuple[list[int], list[int]]]
-    ) -> tuple[list[int], list[int]]:
-        hist, clamped = self.create_accumulator()
-        for h, c in accs:
-            hist = [a + int(b) for a, b in zip(hist, h, strict=True)]
-            clamped = [a + int(b) for a, b in zip(clamped, c, strict=True)]
-        return hist, clamped
-
-    def extract_output(self, acc: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
-        return acc
-
-
-class GatherRows(beam.CombineFn):
-    """(values, person codes) chunks → one pair of arrays, on one worker (distinct, quantiles)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-
-    def create_accumulator(self) -> list[tuple[Any, I64]]:
-        return []
-
-    def add_input(
-        self, acc: list[tuple[Any, I64]], chunk: tuple[Any, I64]
-    ) -> list[tuple[Any, I64]]:
-        return [*acc, chunk] if len(chunk[1]) else acc
-
-    def merge_accumulators(self, accs: Iterable[list[tuple[Any, I64]]]) -> list[tuple[Any, I64]]:
-        return [c for acc in accs for c in acc]
-
-    def extract_output(self, acc: list[tuple[Any, I64]]) -> tuple[Any, I64]:
-        if not acc:
-            return np.zeros(0, dtype=np.float64), _I0
-        return np.concatenate([v for v, _ in acc]), np.concatenate([c for _, c in acc])
-
+from .shifted_inverse_combiners import ClampStats, GatherRows, TopTotals, TopValues
+from .shifted_inverse_contributions import ContributeShard, Contributions, Key
 
 # --- step 4: the release, one Map per partition ------------------------------------------------
 
@@ -584,7 +257,7 @@ class ReleaseShiftedInverse(beam.PTransform[Any, Any]):
         fn = q.combine_fn() if isinstance(q, ShiftedInverseQuery) else ClampStats(q.thresholds)
         contributions = (
             shards  # (shard, pa.Table): all rows of its persons
-            | "Contributions" >> beam.FlatMapTuple(_Contribute(spec))  # (key, contribution)
+            | "Contributions" >> beam.FlatMapTuple(ContributeShard(spec))  # (key, contribution)
         )
         empty = shards.pipeline | "PublicKeys" >> beam.Create(
             [(k, spec.empty()) for k in spec.public_keys]

@@ -140,9 +140,11 @@ class AutoBoundKind:
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
         # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
+        from userdp.transforms.shifted_inverse_contributions import (  # noqa: PLC0415
+            Contributions,
+        )
         from userdp.transforms.shifted_inverse_release import (  # noqa: PLC0415
             AutoBoundQuery,
-            Contributions,
             ReleaseShiftedInverse,
         )
 

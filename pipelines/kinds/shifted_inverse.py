@@ -218,10 +218,12 @@ def expand_query(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
     # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
-    from userdp.transforms.shifted_inverse_release import (  # noqa: PLC0415
+    from userdp.transforms.shifted_inverse_contributions import (  # noqa: PLC0415
         Contributions,
-        ReleaseShiftedInverse,
         Shape,
+    )
+    from userdp.transforms.shifted_inverse_release import (  # noqa: PLC0415
+        ReleaseShiftedInverse,
         ShiftedInverseQuery,
         Statistic,
     )

@@ -1,5 +1,5 @@
 """The shifted-inverse and auto-bound query kinds in the release job (pipelines/kinds/
-shifted_inverse.py, auto_bound.py, transforms/shifted_inverse_release.py): job-file checks, budget
+shifted_inverse.py, auto_bound.py, transforms/shifted_inverse_*.py): job-file checks, budget
 accounting, plan report and manifest, the combiners' independence from how the input is split,
 exact values with noise off, the noise path keyed by (query, partition, purpose), per-partition
 releases with L, empty input, and the issue's end-to-end run through ``userdp run``."""
@@ -39,15 +39,9 @@ from userdp.transforms.mechanisms.shifted_inverse_stats import (
     sum_down_values,
 )
 from userdp.transforms.noisy_combine import canonical_key_string
-from userdp.transforms.shifted_inverse_release import (
-    AutoBoundQuery,
-    ClampStats,
-    Contributions,
-    GatherRows,
-    TopTotals,
-    TopValues,
-    shard_contributions,
-)
+from userdp.transforms.shifted_inverse_combiners import ClampStats, GatherRows, TopTotals, TopValues
+from userdp.transforms.shifted_inverse_contributions import Contributions, shard_contributions
+from userdp.transforms.shifted_inverse_release import AutoBoundQuery
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shifted_inverse_job.toml"
 SI = "userdp.pipelines.kinds.shifted_inverse"
