@@ -13,14 +13,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from userdp.pipelines.config import ConfigError
-from userdp.pipelines.runners import (
-    FLINK_VERSIONS,
-    OPTIONS,
-    RunnerError,
-    check_worker_paths,
-    pipeline_options,
-    resolved_options,
-)
+from userdp.pipelines.runner_options import FLINK_VERSIONS, OPTIONS, RunnerError
+from userdp.pipelines.runners import check_worker_paths, pipeline_options, resolved_options
 
 PYPROJECT = str(Path(__file__).resolve().parents[2] / "pyproject.toml")
 DATAFLOW = {
