@@ -41,18 +41,15 @@ from userdp.pipelines import example_functions
 from userdp.pipelines.generate import generate
 from userdp.pipelines.sources import ReadArrowTables, inspect_inputs
 from userdp.transforms.aggregate import split_by_shard
-from userdp.transforms.chunking import (
+from userdp.transforms.mechanisms.chunk_functions import default_chunks, sanitize_answer
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
+from userdp.transforms.sample_aggregate import (
     NOISE_LABEL,
     SampleAndAggregate,
     canonical_chunk,
     chunk_answers,
     chunk_key,
-)
-from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate import (
-    SampleAggregateParams,
-    default_chunks,
-    sanitize_answer,
 )
 from userdp.transforms.validate import ValidateRows, split_table
 

@@ -50,20 +50,20 @@ from userdp.transforms.mechanisms.accounting import (
     epsilon_within_rho,
     float_down,
 )
-from userdp.transforms.mechanisms.sample_aggregate import (
+from userdp.transforms.mechanisms.chunk_functions import (
     AGGREGATORS,
     CHUNKS_LIMIT,
     INPUT_KINDS,
     MAX_CHUNKS,
     MAX_DIMENSION,
     MIN_CHUNKS,
-    ClippedMean,
-    SampleAggregateParams,
     check_function_path,
     check_input_kind,
     function_name,
     resolve_function,
 )
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import ClippedMean
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares, shown
@@ -369,7 +369,7 @@ class SampleAggregateKind:
         # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
         import apache_beam as beam  # noqa: PLC0415
 
-        from userdp.transforms.chunking import SampleAndAggregate  # noqa: PLC0415
+        from userdp.transforms.sample_aggregate import SampleAndAggregate  # noqa: PLC0415
 
         assert isinstance(plan, SampleAggregatePlan)
         name = plan.name

@@ -70,10 +70,10 @@ import userdp.transforms as dp
 from tests.audit.harness import assert_caught, assert_private
 from tests.audit.test_audit_sample_aggregate import by_row
 from tests.audit.test_audit_sample_aggregate import data as saa_data
-from userdp.transforms.chunking import chunk_answers, chunk_key
 from userdp.transforms.mechanisms.ptr import PTRMean, distance_threshold
 from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
 from userdp.transforms.mechanisms.stability import top_partition_distance
+from userdp.transforms.sample_aggregate import chunk_answers, chunk_key
 
 pytestmark = pytest.mark.slow  # Beam pipelines and 10^4–10^5 draws a side
 

@@ -4,10 +4,10 @@ The neighbouring pair removes one *heavy* person with 10^4 rows: x holds 100 lig
 rows of value 0 each plus the heavy person with 10^4 rows of value 1; x' lacks the heavy person.
 The function is the mean of the value column on a chunk, range [0, 1], k = 10 chunks, ε = 1.
 
-The mechanism audited is the release path of :class:`transforms.chunking.SampleAndAggregate`:
-``chunk_answers`` (the pure reference of ``AnswerPerChunk``: keyed person hash, canonical chunk,
-sanitised answers; ``tests/transforms/test_chunking.py`` checks the Beam transform against it)
-then the aggregator's ``release``. The chunk key is the release secret's, the same for x and x',
+The mechanism audited is the release path of
+:class:`transforms.sample_aggregate.SampleAndAggregate`: ``chunk_answers`` (the pure reference of
+``AnswerPerChunk``: keyed person hash, canonical chunk, sanitised answers;
+``tests/transforms/test_sample_aggregate.py`` checks the Beam transform against it) then the aggregator's ``release``. The chunk key is the release secret's, the same for x and x',
 so the chunk answers are fixed per side and computed once; each draw is one release with fresh
 noise (``KeyedRng(AUDIT_SECRET, label, side, i)``).
 
@@ -46,9 +46,10 @@ import pytest
 
 from tests.audit.harness import AUDIT_SECRET, assert_caught, assert_private
 from userdp.transforms.bounding import PERSON_COLUMN
-from userdp.transforms.chunking import chunk_answers, chunk_key
+from userdp.transforms.mechanisms.chunk_functions import Answer
 from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate import Answer, SampleAggregateParams
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
+from userdp.transforms.sample_aggregate import chunk_answers, chunk_key
 
 LIGHT, LIGHT_ROWS, HEAVY_ROWS, K = 100, 10, 10_000, 10
 N_DEFAULT, N_CONTROL, N_SLOW = 100_000, 20_000, 1_000_000

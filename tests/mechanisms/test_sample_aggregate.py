@@ -15,17 +15,19 @@ from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
 from userdp.transforms.mechanisms.accounting import float_up
-from userdp.transforms.mechanisms.rng import KeyedRng
-from userdp.transforms.mechanisms.sample_aggregate import (
+from userdp.transforms.mechanisms.chunk_functions import (
     MAX_CHUNKS,
     MIN_CHUNKS,
-    ClippedMean,
-    RankMedian,
-    SampleAggregateParams,
     default_answer,
     default_chunks,
-    median_groups,
     sanitize_answer,
+)
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import (
+    ClippedMean,
+    RankMedian,
+    median_groups,
 )
 
 CONTROLS = (0.7, 1.3)

@@ -20,8 +20,8 @@ from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds import METRIC_KINDS
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.release_graph import WriteQueryOutput
+from userdp.transforms.mechanisms.chunk_functions import resolve_function
 from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate import resolve_function
 
 from .test_hostile_person import SCHEMA, _base_rows, _queries
 

@@ -1,5 +1,5 @@
-"""The ``sample_aggregate`` query kind in the release job (pipelines/kinds/sample_aggregate.py over
-transforms/chunking.py): job-file checks at parse and plan time, budget accounting, plan report and
+"""The ``sample_aggregate`` query kind in the release job (pipelines/kinds/sample_aggregate.py
+over transforms/sample_aggregate.py): job-file checks at parse and plan time, budget accounting, plan report and
 manifest, exact values with noise off (against ``chunk_answers`` without Beam), the noise path
 keyed by the query, a function failing on some chunks, empty input, and the issue's end-to-end run
 through ``userdp run``."""
@@ -32,11 +32,12 @@ from userdp.pipelines.kinds.sample_aggregate import SampleAggregatePlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
 from userdp.transforms.bounding import PERSON_COLUMN
-from userdp.transforms.chunking import chunk_answers, chunk_ids, chunk_key
 from userdp.transforms.mechanisms.accounting import ApproxDP, PureDP, float_down
 from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.mechanisms.chunk_functions import Answer, default_chunks
 from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate import Answer, ClippedMean, default_chunks
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import ClippedMean
+from userdp.transforms.sample_aggregate import chunk_answers, chunk_ids, chunk_key
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "sample_aggregate_job.toml"

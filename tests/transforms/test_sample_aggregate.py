@@ -1,4 +1,5 @@
-"""Sample-and-aggregate on Beam (transforms.chunking): person chunks, failing functions, release."""
+"""Sample-and-aggregate on Beam (transforms.sample_aggregate): person chunks, failing functions,
+the release."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from tests.beam_collect import run_and_collect
 from tests.stats_helpers import P_MIN
 from userdp.pipelines import example_functions
 from userdp.transforms.bounding import PERSON_COLUMN
-from userdp.transforms.chunking import (
+from userdp.transforms.mechanisms.chunk_functions import default_chunks
+from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
+from userdp.transforms.sample_aggregate import (
     AnswerPerChunk,
     SampleAndAggregate,
     answer_chunk,
@@ -27,10 +31,8 @@ from userdp.transforms.chunking import (
     chunk_key,
     resolve_function,
 )
-from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams, default_chunks
 
-HERE = "tests.transforms.test_chunking"
+HERE = "tests.transforms.test_sample_aggregate"
 RELEASE_KEY = ReleaseKey(bytes(range(32)))
 OTHER_KEY = ReleaseKey(bytes(range(1, 33)))
 PERSONS = 25

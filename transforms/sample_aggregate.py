@@ -42,15 +42,15 @@ from .aggregate import split_by_shard
 from .bounding import PERSON_COLUMN, check_bounding_key, person_shards
 from .keys import KeySource, NoiseKey
 from .mechanisms.additive import LaplaceMechanism
-from .mechanisms.sample_aggregate import (
+from .mechanisms.chunk_functions import (
     Answer,
     ChunkFunction,
-    SampleAggregateParams,
     check_input_kind,
     default_chunks,
     resolve_function,
     sanitize_answer,
 )
+from .mechanisms.sample_aggregate import SampleAggregateParams
 
 NOISE_LABEL = "sample_aggregate"
 
