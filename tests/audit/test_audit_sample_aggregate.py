@@ -7,8 +7,9 @@ The function is the mean of the value column on a chunk, range [0, 1], k = 10 ch
 The mechanism audited is the release path of
 :class:`transforms.sample_aggregate.SampleAndAggregate`: ``chunk_answers`` (the pure reference of
 ``AnswerPerChunk``: keyed person hash, canonical chunk, sanitised answers;
-``tests/transforms/test_sample_aggregate.py`` checks the Beam transform against it) then the aggregator's ``release``. The chunk key is the release secret's, the same for x and x',
-so the chunk answers are fixed per side and computed once; each draw is one release with fresh
+``tests/transforms/test_sample_aggregate.py`` checks the Beam transform against it) then the
+aggregator's ``release``. The chunk key is the release secret's, the same for x and x', so the
+chunk answers are fixed per side and computed once; each draw is one release with fresh
 noise (``KeyedRng(AUDIT_SECRET, label, side, i)``).
 
 Expected bounds, worked out by hand (z ≈ 4.9 standard errors, m = n/2 test draws a side; see
