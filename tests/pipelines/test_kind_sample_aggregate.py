@@ -1,8 +1,8 @@
 """The ``sample_aggregate`` query kind in the release job (pipelines/kinds/sample_aggregate.py
 over transforms/sample_aggregate.py): job-file checks at parse and plan time, budget accounting,
-plan report and manifest, exact values with noise off (against ``chunk_answers`` without Beam), the noise path
-keyed by the query, a function failing on some chunks, empty input, and the issue's end-to-end run
-through ``userdp run``."""
+plan report and manifest, exact values with noise off (against ``chunk_answers`` without Beam),
+the noise path keyed by the query, a function failing on some chunks, empty input, and the issue's
+end-to-end run through ``userdp run``."""
 
 from __future__ import annotations
 
