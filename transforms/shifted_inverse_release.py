@@ -106,7 +106,7 @@ class ShiftedInverseQuery:
         if self.statistic == "max":
             return TopValues(self.k - 1 + self.params.down_values_needed)
         if self.statistic == "quantile" and self.contributions.shape == "values":
-            from .local_release import ConcatenateValues  # noqa: PLC0415
+            from .local_sensitivity import ConcatenateValues  # noqa: PLC0415
 
             return ConcatenateValues()
         return GatherRows()

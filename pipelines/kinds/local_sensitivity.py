@@ -22,8 +22,8 @@ and the budget is spent either way.
 Per-person values: ``per_person`` reduces each person's rows to one value (``mean``, ``sum``,
 ``count`` (rows; no ``value``), ``max``, ``min`` of ``value``, or ``distinct`` values of
 ``value``) — so adding or removing a person adds or removes exactly one value. All of them are
-gathered on one worker for the release (:mod:`transforms.local_release`: 8 bytes per person, e.g.
-80 MB for 10^7 persons).
+gathered on one worker for the release (:mod:`transforms.local_sensitivity`: 8 bytes per person,
+e.g. 80 MB for 10^7 persons).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from .local_sensitivity_plan import (
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
 
-    from userdp.transforms.local_release import PerPersonMechanism
+    from userdp.transforms.local_sensitivity import PerPersonMechanism
 
 # The per-person reductions a job file may name (transforms.per_person.REDUCTIONS).
 REDUCTIONS = ("mean", "sum", "count", "max", "min", "distinct")
@@ -301,7 +301,7 @@ def _expand(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
     # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
-    from userdp.transforms.local_release import (  # noqa: PLC0415
+    from userdp.transforms.local_sensitivity import (  # noqa: PLC0415
         ReleasePerPersonStatistic,
         ReleaseTopPartition,
     )

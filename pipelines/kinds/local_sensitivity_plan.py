@@ -48,7 +48,7 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
 from userdp.transforms.mechanisms.stability import StableTopPartition
 
 if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
-    from userdp.transforms.local_release import PerPersonMechanism
+    from userdp.transforms.local_sensitivity import PerPersonMechanism
 
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
 NEIGHBOURS = "add/remove one person"

@@ -1,6 +1,6 @@
 """The local-sensitivity query kinds in the release job (pipelines/kinds/local_sensitivity.py,
-transforms/local_release.py): job-file checks, budget accounting, plan report and manifest, exact
-values with noise off, the noise path keyed by (query, "value"), ⊥ rows, empty input, and the
+transforms/local_sensitivity.py): job-file checks, budget accounting, plan report and manifest,
+exact values with noise off, the noise path keyed by (query, "value"), ⊥ rows, empty input, and the
 issue's end-to-end run of a median, a PTR mean and a top domain through ``userdp run``."""
 
 from __future__ import annotations
