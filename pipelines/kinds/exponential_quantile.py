@@ -29,13 +29,13 @@ from ..config import QueryConfig
 from ..config_fields import MISSING, parse_shares
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .local_sensitivity import (
-    _PER_PERSON_KEYS,
-    _config_error,
-    _expand,
-    _no_by,
-    _per_person,
-    _per_person_plan,
-    _value_columns,
+    PER_PERSON_KEYS,
+    config_error,
+    expand_per_person,
+    parse_per_person,
+    per_person_plan,
+    refuse_by,
+    value_columns,
 )
 from .local_sensitivity_plan import dp_budget
 
@@ -52,15 +52,15 @@ class ExponentialQuantileKind:
 
     def parse(self, s: QuerySection) -> QueryConfig:
         metric = s.string("metric")
-        _no_by(s)
-        keys = (*_PER_PERSON_KEYS, "method", "grid_bits")
+        refuse_by(s)
+        keys = (*PER_PERSON_KEYS, "method", "grid_bits")
         s.allow_keys((*keys, "q") if metric == "quantile" else keys)
         if metric == "quantile":
             s.real("q", low=0.0, high=1.0, open_low=True, open_high=True)
             q = as_quantile(s.get("q"))  # exact: 0.9 is 9/10
         else:
             q = Fraction(1, 2)
-        common = _per_person(s, metric)
+        common = parse_per_person(s, metric)
         bits = DEFAULT_GRID_BITS
         if s.get("grid_bits") is not MISSING:
             bits = s.integer("grid_bits", required=True, default=DEFAULT_GRID_BITS)
@@ -83,7 +83,7 @@ class ExponentialQuantileKind:
         return False
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
-        return _value_columns(query)
+        return value_columns(query)
 
     def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan:
         o = query.options
@@ -92,13 +92,13 @@ class ExponentialQuantileKind:
         try:
             mechanism = ExponentialQuantile(o["q"], *query.bounds, epsilon, o["grid_bits"])
         except ValueError as e:
-            raise _config_error(ctx, e) from e
-        return _per_person_plan(query, ctx, METHOD, mechanism)
+            raise config_error(ctx, e) from e
+        return per_person_plan(query, ctx, METHOD, mechanism)
 
     def expand(
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
-        return _expand(clean, plan, ctx)
+        return expand_per_person(clean, plan, ctx)
 
 
 QUANTILE = ExponentialQuantileKind()

@@ -57,7 +57,7 @@ REDUCTIONS = ("mean", "sum", "count", "max", "min", "distinct")
 SMOOTH_NOISES = ("cauchy", "laplace", "lln")
 METHOD = "smooth_sensitivity"
 _SHARES = ("epsilon", "delta", "rho")
-_PER_PERSON_KEYS = ("name", "metric", "value", "per_person", "bounds", *_SHARES)
+PER_PERSON_KEYS = ("name", "metric", "value", "per_person", "bounds", *_SHARES)
 _TRIMMED_MEAN = (
     "one of median, quantile, ptr_mean, ptr_median, top_partition",
     "trimmed_mean is not available: its smooth sensitivity for add/remove-one-person neighbours "
@@ -69,12 +69,12 @@ _NO_BY = (
 )
 
 
-def _no_by(s: QuerySection) -> None:
+def refuse_by(s: QuerySection) -> None:
     if s.has("by"):
         s.fail("by", s.get("by"), *_NO_BY)
 
 
-def _per_person(s: QuerySection, metric: str) -> dict[str, Any]:
+def parse_per_person(s: QuerySection, metric: str) -> dict[str, Any]:
     """``per_person``, ``value`` and ``bounds``: the common keys of the per-person metrics."""
     reduction = s.choice("per_person", REDUCTIONS)
     if reduction == "count":
@@ -97,7 +97,7 @@ def _needs_delta(s: QuerySection, metric: str) -> tuple[str, object, str, str]:
     )
 
 
-def _config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
+def config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
     return ConfigError(
         ctx.key,
         str(ctx.share),
@@ -125,8 +125,8 @@ class SmoothQuantileKind:
 
     def parse(self, s: QuerySection) -> QueryConfig:
         metric = s.string("metric")
-        _no_by(s)
-        keys = (*_PER_PERSON_KEYS, "method", "noise", "gamma")
+        refuse_by(s)
+        keys = (*PER_PERSON_KEYS, "method", "noise", "gamma")
         s.allow_keys((*keys, "q") if metric == "quantile" else keys)
         method = s.get("method")
         if method is not MISSING and method != METHOD:
@@ -136,7 +136,7 @@ class SmoothQuantileKind:
             q = as_quantile(s.get("q"))  # exact: 0.9 is 9/10
         else:
             q = Fraction(1, 2)
-        common = _per_person(s, metric)
+        common = parse_per_person(s, metric)
         budget = s.budget
         default = "lln" if budget.rho is not None else "laplace" if budget.delta else "cauchy"
         noise = s.choice("noise", SMOOTH_NOISES, default=default)
@@ -174,7 +174,7 @@ class SmoothQuantileKind:
         return query.noise == "laplace"
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
-        return _value_columns(query)
+        return value_columns(query)
 
     def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan:
         o = query.options
@@ -185,13 +185,13 @@ class SmoothQuantileKind:
             noise = smooth_noise(query.noise, o["gamma"], ctx.share, ctx.delta)
             mechanism = SmoothQuantile(o["q"], *query.bounds, noise)
         except ValueError as e:
-            raise _config_error(ctx, e) from e
-        return _per_person_plan(query, ctx, METHOD, mechanism)
+            raise config_error(ctx, e) from e
+        return per_person_plan(query, ctx, METHOD, mechanism)
 
     def expand(
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
-        return _expand(clean, plan, ctx)
+        return expand_per_person(clean, plan, ctx)
 
 
 class LocalSensitivityKind:
@@ -213,9 +213,9 @@ class LocalSensitivityKind:
                 s.v, s.raw, s.prefix, s.budget, spends_delta=_needs_delta(s, metric)
             )
             return QueryConfig(name, metric, tuple(by), epsilon=eps, delta=delta, rho=rho)
-        _no_by(s)
-        s.allow_keys((*_PER_PERSON_KEYS, "bound"))
-        common = _per_person(s, metric)
+        refuse_by(s)
+        s.allow_keys((*PER_PERSON_KEYS, "bound"))
+        common = parse_per_person(s, metric)
         bound = s.real("bound", low=0.0, open_low=True) if s.has("bound") else None
         eps, delta, rho = parse_shares(
             s.v, s.raw, s.prefix, s.budget, spends_delta=_needs_delta(s, metric)
@@ -237,7 +237,7 @@ class LocalSensitivityKind:
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         if query.metric == "top_partition":
             return dict.fromkeys(query.by, "key")
-        return _value_columns(query)
+        return value_columns(query)
 
     def plan(self, query: QueryConfig, ctx: PlanContext) -> KindPlan:
         b = dp_budget(ctx.share, ctx.delta)
@@ -262,16 +262,16 @@ class LocalSensitivityKind:
                     Fraction(1, 2), lo, hi, bound=bound, epsilon=b.epsilon, delta=b.delta
                 )
         except ValueError as e:
-            raise _config_error(ctx, e) from e
-        return _per_person_plan(query, ctx, "propose_test_release", mechanism)
+            raise config_error(ctx, e) from e
+        return per_person_plan(query, ctx, "propose_test_release", mechanism)
 
     def expand(
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
     ) -> PCollection[dict[str, Any]]:
-        return _expand(clean, plan, ctx)
+        return expand_per_person(clean, plan, ctx)
 
 
-def _value_columns(query: QueryConfig) -> dict[str, str]:
+def value_columns(query: QueryConfig) -> dict[str, str]:
     if query.value is None:
         return {}
     # distinct counts values of any key type; the other reductions read a number
@@ -279,7 +279,7 @@ def _value_columns(query: QueryConfig) -> dict[str, str]:
     return {query.value: kind}
 
 
-def _per_person_plan(
+def per_person_plan(
     query: QueryConfig,
     ctx: PlanContext,
     method: str,
@@ -297,7 +297,7 @@ def _per_person_plan(
     )
 
 
-def _expand(
+def expand_per_person(
     clean: PCollection[Any], plan: KindPlan, ctx: BuildContext
 ) -> PCollection[dict[str, Any]]:
     # Beam loads here, when the pipeline is built: `userdp plan` never imports it.
