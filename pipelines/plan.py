@@ -29,8 +29,8 @@ from userdp.transforms.mechanisms.accounting import (
 
 from .config import ConfigError, JobConfig, QueryConfig
 from .kinds import kind_of
-from .kinds.aggregate_plan import exact_number
 from .kinds.base import KindPlan, PlanContext
+from .kinds.mechanism_manifest import exact_number
 from .kinds.shared_selection import SelectionPlan, group_selections
 from .public_keys import read_public_keys
 from .version import userdp_code_digest, userdp_version

@@ -51,7 +51,6 @@ from userdp.transforms.mechanisms.discrete import discrete_laplace_std
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
-    TruncatedGeometricSelection,
 )
 from userdp.transforms.mechanisms.selection_choice import best_selection
 from userdp.transforms.params import (
@@ -65,6 +64,7 @@ from userdp.transforms.params import (
 
 from ..config import ConfigError, QueryConfig
 from .base import PlanContext
+from .mechanism_manifest import describe_noise, describe_selection
 
 if TYPE_CHECKING:
     from .shared_selection import SelectionPlan
@@ -144,7 +144,7 @@ class QueryPlan:
             "n_public_partitions": self.n_public_partitions,
             "statistic": {
                 "budget": self.statistic_budget.to_manifest(),
-                "mechanism": _describe(p.noise),
+                "mechanism": describe_noise(p.noise),
                 "sensitivity": vars(self.sensitivity),
                 "stddev": self.stddev,
                 "error95_half_width": self.error95,
@@ -154,7 +154,7 @@ class QueryPlan:
         if p.metric == "mean":
             out["statistic"]["estimator"] = MEAN_ESTIMATOR
         if p.count_noise is not None and self.count_sensitivity is not None:
-            out["statistic"]["count_mechanism"] = _describe(p.count_noise)
+            out["statistic"]["count_mechanism"] = describe_noise(p.count_noise)
             out["statistic"]["count_sensitivity"] = vars(self.count_sensitivity)
             out["statistic"]["count_stddev"] = self.count_stddev
         if self.shared_selection is not None:  # booked once, in the manifest's "selections"
@@ -360,60 +360,3 @@ def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> Noise
 
 def _error95(m: NoiseMechanism) -> float:
     return m.scale * LN20 if isinstance(m, LaplaceMechanism) else Z95 * m.std
-
-
-def _describe(m: NoiseMechanism) -> dict[str, Any]:
-    if isinstance(m, LaplaceMechanism):
-        return {
-            "kind": "laplace",
-            "epsilon": m.epsilon,
-            "l1_sensitivity": m.l1_sensitivity,
-            "scale": m.scale,
-            "granularity": m.granularity,
-            "stddev": m.std,
-        }
-    return {
-        "kind": "gaussian",
-        "rho": m.rho,
-        "l2_sensitivity": m.l2_sensitivity,
-        "stddev": m.std,
-        "granularity": m.granularity,
-    }
-
-
-def describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
-    if isinstance(s, LaplaceThresholding):
-        return {
-            "rule": "laplace_thresholding",
-            "epsilon": exact_number(s.epsilon),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
-            "scale": exact_number(s.scale),
-            "threshold": s.threshold,
-            "delta_achieved": str(s.delta_achieved),
-        }
-    if isinstance(s, TruncatedGeometricSelection):
-        return {
-            "rule": "truncated_geometric",
-            "epsilon": exact_number(s.epsilon),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
-            "per_partition": "(ε/L, δ/L), basic composition over a person's L partitions",
-            "always_keep_count": s.always_keep_count,
-            "half_keep_count": s.half_keep_count,
-        }
-    if isinstance(s, GaussianThresholding):
-        return {
-            "rule": "gaussian_thresholding",
-            "rho": exact_number(s.rho),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
-            "sigma2": exact_number(s.sigma2),
-            "threshold": s.threshold,
-            "delta_achieved": str(s.delta_achieved),
-        }
-    return None
-
-
-def exact_number(x: Fraction) -> dict[str, Any]:
-    return {"value": float(x), "exact": str(x)}

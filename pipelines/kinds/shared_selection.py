@@ -46,7 +46,8 @@ from userdp.transforms.mechanisms.selection_choice import best_selection
 from userdp.transforms.params import SelectionRule
 
 from ..config_model import QueryConfig
-from .aggregate_plan import describe_selection, noise_draws
+from .aggregate_plan import noise_draws
+from .mechanism_manifest import describe_selection
 
 AGGREGATES = ("count", "persons", "sum", "mean")
 
