@@ -46,13 +46,8 @@ from userdp.transforms.mechanisms.accounting import ZCDP, float_up, zcdp_to_appr
 from userdp.transforms.mechanisms.discrete import discrete_laplace
 from userdp.transforms.mechanisms.exponential import sample_exp_weights
 from userdp.transforms.mechanisms.rng import KeyedRng
-from userdp.transforms.mechanisms.shifted_inverse import (
-    ShiftedInverseParams,
-    down_indices,
-    loss_at,
-    loss_runs,
-    shifted_inverse_index,
-)
+from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams, shifted_inverse_index
+from userdp.transforms.mechanisms.shifted_inverse_loss import down_indices, loss_at, loss_runs
 from userdp.transforms.mechanisms.shifted_inverse_stats import sum_down_values
 
 HEAVY = 10**6

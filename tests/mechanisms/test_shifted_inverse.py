@@ -15,15 +15,17 @@ from tests.stats_helpers import P_MIN, TEST_SECRET, chisquare_pvalue
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 from userdp.transforms.mechanisms.rng import KeyedRng
 from userdp.transforms.mechanisms.shifted_inverse import (
-    LossRun,
     ShiftedInverseParams,
-    down_indices,
-    loss_at,
-    loss_runs,
     shifted_inverse,
     shifted_inverse_index,
 )
 from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
+from userdp.transforms.mechanisms.shifted_inverse_loss import (
+    LossRun,
+    down_indices,
+    loss_at,
+    loss_runs,
+)
 from userdp.transforms.mechanisms.shifted_inverse_stats import sum_down_values
 
 HALF = Fraction(1, 2)

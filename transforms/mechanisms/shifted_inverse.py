@@ -53,7 +53,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from itertools import groupby
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -65,12 +64,33 @@ from .discrete import discrete_gaussian, discrete_laplace
 from .exponential import sample_exp_weights
 from .rng import KeyedRng
 from .shifted_inverse_grid import GridKind, OutputGrid
+from .shifted_inverse_loss import down_indices, loss_at, loss_runs
 from .shifted_inverse_stats import kth_largest_down_values, quantile_k, sum_down_values
 
 Search = Literal["exponential", "binary"]
 BinaryNoise = Literal["laplace", "gaussian"]
 
 _SQRT_BITS = 64  # σ = √(T/(2ρ)) is rounded up to a multiple of 2^−64
+
+
+def _typed_budget(
+    epsilon: Rational | None, rho: Rational | None, search: str, noise: str
+) -> PureDP | ZCDP:
+    """The one budget given, typed and checked positive, or a ValueError saying which to give."""
+    if (epsilon is None) == (rho is None):
+        raise ValueError("give exactly one budget: epsilon (pure DP) or rho (zCDP)")
+    hint = "every query needs a positive share of the budget"
+    if rho is not None and search == "exponential":
+        raise ValueError(
+            "the exponential search is pure ε-DP: give epsilon, or use search='binary' "
+            "for a ρ-zCDP budget"
+        )
+    if noise == "gaussian" and rho is None:
+        raise ValueError("noise='gaussian' gives ρ-zCDP, not pure DP: give rho instead")
+    if epsilon is not None:
+        return PureDP(positive(epsilon, "epsilon", hint))
+    assert rho is not None  # exactly one was given
+    return ZCDP(positive(rho, "rho", hint))
 
 
 def _ceil_sqrt(x: Fraction) -> Fraction:
@@ -112,6 +132,8 @@ class ShiftedInverseParams:
     growth: Rational | None = None
     noise: BinaryNoise = "laplace"
     output_grid: OutputGrid = field(init=False, repr=False)
+    # the budget as one typed value: PureDP(epsilon) or ZCDP(rho), checked positive
+    budget: PureDP | ZCDP = field(init=False, repr=False, compare=False)
     tau: int = field(init=False)
     noise_scale: Fraction = field(init=False, repr=False)  # binary: Laplace σ or Gaussian σ²
     steps: int = field(init=False, repr=False)  # binary search steps T; 0 otherwise
@@ -125,16 +147,7 @@ class ShiftedInverseParams:
             raise ValueError(f"search must be 'exponential' or 'binary', got {self.search!r}")
         if self.noise not in ("laplace", "gaussian"):
             raise ValueError(f"noise must be 'laplace' or 'gaussian', got {self.noise!r}")
-        if (self.epsilon is None) == (self.rho is None):
-            raise ValueError("give exactly one budget: epsilon (pure DP) or rho (zCDP)")
-        hint = "every query needs a positive share of the budget"
-        if self.rho is not None and self.search == "exponential":
-            raise ValueError(
-                "the exponential search is pure ε-DP: give epsilon, or use search='binary' "
-                "for a ρ-zCDP budget"
-            )
-        if self.noise == "gaussian" and self.rho is None:
-            raise ValueError("noise='gaussian' gives ρ-zCDP, not pure DP: give rho instead")
+        budget = _typed_budget(self.epsilon, self.rho, self.search, self.noise)
         grid = OutputGrid(
             as_fraction(self.upper, "upper"),
             as_fraction(self.resolution, "resolution"),
@@ -143,16 +156,15 @@ class ShiftedInverseParams:
         )
         n = grid.size
         tau, scale, steps = 0, Fraction(0), 0
-        if self.search == "exponential":
-            eps = positive(self.epsilon, "epsilon", hint)  # type: ignore[arg-type]
+        if isinstance(budget, PureDP) and self.search == "exponential":
+            eps = budget.epsilon
             tau = math.ceil(2 / float(eps) * (math.log(n) - math.log(float(beta))))
         else:
             steps = (n - 1).bit_length()  # ⌈log₂ N⌉: the most iterations the search can run
-            if self.epsilon is not None:  # each step is (1/σ)-DP; T steps compose to ε
-                scale = steps / positive(self.epsilon, "epsilon", hint)
+            if isinstance(budget, PureDP):  # each step is (1/σ)-DP; T steps compose to ε
+                scale = steps / budget.epsilon
             else:  # each step is 1/(2σ²)-zCDP (Laplace via BS16 Prop. 1.4; Gaussian: CKS 2020)
-                rho = positive(self.rho, "rho", hint)  # type: ignore[arg-type]
-                sigma2 = steps / (2 * rho)
+                sigma2 = steps / (2 * budget.rho)
                 scale = _ceil_sqrt(sigma2) if self.noise == "laplace" else sigma2
             s = math.sqrt(float(scale)) if self.noise == "gaussian" else float(scale)
             if self.noise == "laplace":  # P[|Z| > τ] ≤ exp(−τ/σ) per step (docs)
@@ -160,6 +172,7 @@ class ShiftedInverseParams:
             else:  # P[|Z| > τ] ≤ 2·exp(−τ²/(2σ²)) per step
                 tau = math.ceil(s * math.sqrt(2 * math.log(2 * steps / float(beta))))
         object.__setattr__(self, "output_grid", grid)
+        object.__setattr__(self, "budget", budget)
         object.__setattr__(self, "tau", max(tau, 1))
         object.__setattr__(self, "noise_scale", scale)
         object.__setattr__(self, "steps", steps)
@@ -190,16 +203,16 @@ class ShiftedInverseParams:
 
     @property
     def guarantee(self) -> PureDP | ZCDP:
-        if self.epsilon is not None:
-            return PureDP(self.epsilon)
-        return ZCDP(self.rho)  # type: ignore[arg-type]
+        return self.budget
 
     def exponent(self, shifted_loss: int) -> Fraction:
         """ε·ℓ*/2, the exponential search's exponent for score −ℓ* (sensitivity 1), memoised:
         Fraction arithmetic dominated the cost of a draw."""
         q = self._exponents.get(shifted_loss)
         if q is None:
-            q = as_fraction(self.epsilon, "epsilon") * shifted_loss / 2  # type: ignore[arg-type]
+            if not isinstance(self.budget, PureDP):
+                raise ValueError("the exponential search's exponents need a pure ε budget")
+            q = self.budget.epsilon * shifted_loss / 2
             self._exponents[shifted_loss] = q
         return q
 
@@ -208,9 +221,9 @@ class ShiftedInverseParams:
         person reaches at most ``parts`` public partitions (basic composition over them)."""
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
             raise ValueError(f"parts must be a positive integer, got {parts!r}")
-        if self.epsilon is not None:
-            return replace(self, epsilon=as_fraction(self.epsilon, "epsilon") / parts)
-        return replace(self, rho=as_fraction(self.rho, "rho") / parts)  # type: ignore[arg-type]
+        if isinstance(self.budget, PureDP):
+            return replace(self, epsilon=self.budget.epsilon / parts)
+        return replace(self, rho=self.budget.rho / parts)
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the mechanism, its guarantee and its public parameters."""
@@ -226,101 +239,11 @@ class ShiftedInverseParams:
             "resolution": float(self.output_grid.resolution),
             "beta": float(as_fraction(self.beta, "beta")),
         }
-        if self.grid == "log":
-            out["growth"] = float(self.output_grid.growth)  # type: ignore[arg-type]
+        if self.grid == "log" and self.output_grid.growth is not None:
+            out["growth"] = float(self.output_grid.growth)
         if self.search == "binary":
             out.update(noise=self.noise, steps=self.steps, sigma=self.sigma)
         return out
-
-
-class LossRun(NamedTuple):
-    """Grid indices start … start + length − 1, all with losses ℓ = ``loss``, ℓ̄ = ``loss_bar``."""
-
-    start: int
-    length: int
-    loss: int
-    loss_bar: int
-
-    def shifted(self, tau: int) -> int:
-        """ℓ* = max(ℓ − τ, τ − ℓ̄)."""
-        return max(self.loss - tau, tau - self.loss_bar)
-
-
-def down_indices(down_values: Sequence[Rational], params: ShiftedInverseParams) -> list[int]:
-    """c_j = grid index of f'(x, j) for j < C, checked to be non-increasing. Not private.
-
-    ``down_values`` are f(x, 0), f(x, 1), … (at least C of them; later ones are ignored),
-    non-negative and non-increasing, as exact rationals (int, Fraction, or a float taken exactly).
-    Error messages never show the values: they are data.
-    """
-    cap = params.loss_cap
-    if len(down_values) < cap:
-        raise ValueError(
-            f"need the first {cap} down values f(x, 0 … {cap - 1}) (C = 2τ + 2), got fewer; "
-            "pad with f(∅) when there are fewer persons"
-        )
-    grid = params.output_grid
-    out: list[int] = []
-    prev_num, prev_den = 1, 0  # +∞
-    for j in range(cap):
-        num, den = _ratio(down_values[j], j)
-        if num < 0:
-            raise ValueError(f"down value {j} is negative; the statistic must be non-negative")
-        if num * prev_den > prev_num * den:
-            raise ValueError(
-                f"down values must be non-increasing in j (f(x, j) removes more persons); "
-                f"value {j} exceeds value {j - 1}"
-            )
-        prev_num, prev_den = num, den
-        out.append(grid.ceil_index_ratio(num, den))
-    return out
-
-
-def _ratio(v: Rational, j: int) -> tuple[int, int]:
-    """v as (numerator, denominator > 0), exactly; no Fraction on the hot path."""
-    if type(v) is int:
-        return v, 1
-    if isinstance(v, Fraction):
-        return v.numerator, v.denominator
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"down value {j} is not finite")
-        return v.as_integer_ratio()
-    f = as_fraction(v, f"down value {j}")  # other ints (numpy), or a clear TypeError
-    return f.numerator, f.denominator
-
-
-def loss_runs(indices: Sequence[int], size: int) -> list[LossRun]:
-    """The grid split into maximal runs of constant (ℓ, ℓ̄), from the top index down. Not private.
-
-    With c = ``indices`` non-increasing (C of them): above c_0 both losses are 0; at a value u
-    taken by m of the c_j, ℓ = #{c_j > u} and ℓ̄ = ℓ + m; strictly between two consecutive values
-    both equal #{c_j > k}; below the last value both are C. At most 2C + 1 runs.
-    """
-    runs: list[LossRun] = []
-    hi, above = size - 1, 0
-    for u, group in groupby(indices):
-        m = sum(1 for _ in group)
-        if hi > u:
-            runs.append(LossRun(u + 1, hi - u, above, above))
-        runs.append(LossRun(u, 1, above, above + m))
-        above += m
-        hi = u - 1
-    if hi >= 0:
-        runs.append(LossRun(0, hi + 1, above, above))
-    return runs
-
-
-def loss_at(indices: Sequence[int], k: int) -> int:
-    """ℓ(x, y_k) = #{j : c_j > k} for non-increasing c (clamped at C = len(c)). Not private."""
-    lo, hi = 0, len(indices)
-    while lo < hi:  # first j with c_j ≤ k
-        mid = (lo + hi) // 2
-        if indices[mid] > k:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _exponential_search(indices: list[int], params: ShiftedInverseParams, rng: KeyedRng) -> int:
