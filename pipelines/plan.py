@@ -17,15 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from userdp.transforms.mechanisms.accounting import (
-    ZCDP,
-    ApproxDP,
-    Budget,
-    BudgetExceededError,
-    PureDP,
-    compose,
-    split_budget,
-)
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, Budget, PureDP, compose
+from userdp.transforms.mechanisms.budget_split import BudgetExceededError, split_budget
 
 from .config import ConfigError, JobConfig, QueryConfig
 from .kinds import kind_of

@@ -24,15 +24,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
 from .keys import ReleaseKeys, read_key_file
-from .mechanisms.accounting import (
-    ZCDP,
-    ApproxDP,
-    BudgetExceededError,
-    PureDP,
-    compose,
-    split_budget,
-)
+from .mechanisms.accounting import ZCDP, ApproxDP, PureDP, compose
 from .mechanisms.accounting import Budget as Guarantee
+from .mechanisms.budget_split import BudgetExceededError, split_budget
 from .mechanisms.rng import ReleaseKey, new_release_secret
 
 if TYPE_CHECKING:

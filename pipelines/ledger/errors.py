@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from userdp.transforms.mechanisms.accounting import BudgetExceededError
+from userdp.transforms.mechanisms.budget_split import BudgetExceededError
 
 
 class LedgerError(Exception):

@@ -20,7 +20,8 @@ from userdp.pipelines.ledger import (
     ReleaseConflictError,
     UnknownScopeError,
 )
-from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, BudgetExceededError, PureDP
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
+from userdp.transforms.mechanisms.budget_split import BudgetExceededError
 
 THIRD = Cost(PureDP(Fraction(1, 3)))
 

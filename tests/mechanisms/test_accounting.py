@@ -20,16 +20,15 @@ from userdp.transforms.mechanisms import accounting
 from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
-    BudgetExceededError,
     PureDP,
     compose,
     epsilon_within_rho,
     pure_to_approx,
     pure_to_zcdp,
-    split_budget,
     zcdp_budget_for,
     zcdp_to_approx,
 )
+from userdp.transforms.mechanisms.budget_split import BudgetExceededError, split_budget
 
 # (ρ, δ) pairs spanning strong to weak privacy and ordinary to extreme δ.
 CASES: list[tuple[float | Fraction, float]] = [
