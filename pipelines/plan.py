@@ -1,9 +1,10 @@
 """Plan a release from its job config alone: the budget split, then each query by its kind.
 
 No data is read (public key files are public and are read). The order is fixed: first the total is
-split over the queries with :func:`~transforms.mechanisms.accounting.split_budget` (explicit shares,
-the rest evenly), so an overspend fails before anything else, with the numbers; then each query's
-share is divided between partition selection and its statistic, and the mechanisms are calibrated.
+split over the queries with :func:`~transforms.mechanisms.budget_split.split_budget` (explicit
+shares, the rest evenly), so an overspend fails before anything else, with the numbers; then each
+query's share is divided between partition selection and its statistic, and the mechanisms are
+calibrated.
 
 Each query is then planned by its kind (:mod:`pipelines.kinds`): the bounded aggregates' rules
 for dividing a share between selection and noise are in :mod:`pipelines.kinds.aggregate_plan`.
