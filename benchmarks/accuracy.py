@@ -99,6 +99,19 @@ def raw_truth(data: str) -> Results:
     return out
 
 
+def _read_rows(tmp: str) -> dict[str, list[list[Any]]]:
+    """ "metric/mode" → the JSON rows its sink wrote (the files ``{metric}_{mode}-*``)."""
+    return {
+        f"{m}/{mode}": [
+            json.loads(line)
+            for f in Path(tmp).glob(f"{m}_{mode}-*")
+            for line in f.read_text().splitlines()
+        ]
+        for m in METRICS
+        for mode in MODES
+    }
+
+
 # --- userdp --------------------------------------------------------------------------------------
 
 
@@ -136,17 +149,9 @@ def run_userdp(data: str, run: int, *, noise: bool) -> tuple[Results, Results]:
                         >> beam.Map(lambda r: json.dumps([r.domain, r.value, r.stddev]))
                         | f"{name}/write" >> beam.io.WriteToText(f"{tmp}/{name}")
                     )
-        values: Results = {}
-        stddevs: Results = {}
-        for m in METRICS:
-            for mode in MODES:
-                lines = [
-                    json.loads(line)
-                    for f in Path(tmp).glob(f"{m}_{mode}-*")
-                    for line in f.read_text().splitlines()
-                ]
-                values[f"{m}/{mode}"] = {k: v for k, v, _ in lines}
-                stddevs[f"{m}/{mode}"] = {k: s for k, _, s in lines}
+        rows = _read_rows(tmp)
+    values = {key: {r[0]: r[1] for r in lines} for key, lines in rows.items()}
+    stddevs = {key: {r[0]: r[2] for r in lines} for key, lines in rows.items()}
     return values, stddevs
 
 
@@ -208,16 +213,8 @@ def run_pipelinedp(data: str, runs: int) -> list[Results]:
                         )
                 for acc in accountants:
                     acc.compute_budgets()
-            res: Results = {}
-            for m in METRICS:
-                for mode in MODES:
-                    lines = [
-                        json.loads(line)
-                        for f in Path(tmp).glob(f"{m}_{mode}-*")
-                        for line in f.read_text().splitlines()
-                    ]
-                    res[f"{m}/{mode}"] = {k: float(v) for k, v in lines}
-            results.append(res)
+            rows = _read_rows(tmp)
+            results.append({key: {r[0]: float(r[1]) for r in lines} for key, lines in rows.items()})
     return results
 
 

@@ -23,18 +23,16 @@ from userdp.transforms.mechanisms.exponential_quantile import (
     MAX_GRID_BITS,
     ExponentialQuantile,
 )
-from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
 
 from ..config import QueryConfig
 from ..config_fields import MISSING, parse_shares
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .local_sensitivity import (
-    PER_PERSON_KEYS,
     config_error,
     expand_per_person,
-    parse_per_person,
+    parse_quantile_head,
     per_person_plan,
-    refuse_by,
+    quantile_config,
     value_columns,
 )
 from .local_sensitivity_plan import dp_budget
@@ -51,33 +49,16 @@ class ExponentialQuantileKind:
     metrics = ("median", "quantile")
 
     def parse(self, s: QuerySection) -> QueryConfig:
-        metric = s.string("metric")
-        refuse_by(s)
-        keys = (*PER_PERSON_KEYS, "method", "grid_bits")
-        s.allow_keys((*keys, "q") if metric == "quantile" else keys)
-        if metric == "quantile":
-            s.real("q", low=0.0, high=1.0, open_low=True, open_high=True)
-            q = as_quantile(s.get("q"))  # exact: 0.9 is 9/10
-        else:
-            q = Fraction(1, 2)
-        common = parse_per_person(s, metric)
+        metric, q, common = parse_quantile_head(s, ("grid_bits",))
         bits = DEFAULT_GRID_BITS
         if s.get("grid_bits") is not MISSING:
             bits = s.integer("grid_bits", required=True, default=DEFAULT_GRID_BITS)
             if not 1 <= bits <= MAX_GRID_BITS:
                 s.fail("grid_bits", bits, f"an integer in [1, {MAX_GRID_BITS}]",
                        "2^grid_bits grid cells of the bounds; default 20")  # fmt: skip
-        eps, delta, rho = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
-        return QueryConfig(
-            s.string("name"),
-            metric,
-            value=common["value"],
-            bounds=common["bounds"],
-            epsilon=eps,
-            delta=delta,
-            rho=rho,
-            options={"method": METHOD, "q": q, "reduction": common["reduction"], "grid_bits": bits},
-        )
+        shares = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
+        options = {"method": METHOD, "q": q, "reduction": common["reduction"], "grid_bits": bits}
+        return quantile_config(s, metric, common, shares, options=options)
 
     def needs_delta(self, query: QueryConfig) -> bool:
         return False

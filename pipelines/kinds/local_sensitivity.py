@@ -118,25 +118,44 @@ def _require_delta(ctx: PlanContext, delta: object, metric: str) -> None:
         )
 
 
+def parse_quantile_head(
+    s: QuerySection, own_keys: tuple[str, ...]
+) -> tuple[str, Fraction, dict[str, Any]]:
+    """The keys every quantile method shares: (metric, q, per-person keys); no ``by``; the
+    method's ``own_keys`` allowed besides."""
+    metric = s.string("metric")
+    refuse_by(s)
+    keys = (*PER_PERSON_KEYS, "method", *own_keys)
+    s.allow_keys((*keys, "q") if metric == "quantile" else keys)
+    if metric == "quantile":
+        s.real("q", low=0.0, high=1.0, open_low=True, open_high=True)
+        q = as_quantile(s.get("q"))  # exact: 0.9 is 9/10
+    else:
+        q = Fraction(1, 2)
+    return metric, q, parse_per_person(s, metric)
+
+
+def quantile_config(
+    s: QuerySection, metric: str, common: dict[str, Any], shares: tuple[Any, Any, Any], **kw: Any
+) -> QueryConfig:
+    """The QueryConfig of a quantile method: name, value, bounds, shares, its ``options``."""
+    eps, delta, rho = shares
+    return QueryConfig(
+        s.string("name"), metric, value=common["value"], bounds=common["bounds"],
+        epsilon=eps, delta=delta, rho=rho, **kw,
+    )  # fmt: skip
+
+
 class SmoothQuantileKind:
     """``median`` and ``quantile`` by smooth sensitivity (``method = "smooth_sensitivity"``)."""
 
     metrics = ("median", "quantile")
 
     def parse(self, s: QuerySection) -> QueryConfig:
-        metric = s.string("metric")
-        refuse_by(s)
-        keys = (*PER_PERSON_KEYS, "method", "noise", "gamma")
-        s.allow_keys((*keys, "q") if metric == "quantile" else keys)
+        metric, q, common = parse_quantile_head(s, ("noise", "gamma"))
         method = s.get("method")
         if method is not MISSING and method != METHOD:
             s.fail("method", method, f'"{METHOD}" for this kind', "the default; omit `method`")
-        if metric == "quantile":
-            s.real("q", low=0.0, high=1.0, open_low=True, open_high=True)
-            q = as_quantile(s.get("q"))  # exact: 0.9 is 9/10
-        else:
-            q = Fraction(1, 2)
-        common = parse_per_person(s, metric)
         budget = s.budget
         default = "lln" if budget.rho is not None else "laplace" if budget.delta else "cauchy"
         noise = s.choice("noise", SMOOTH_NOISES, default=default)
@@ -150,7 +169,7 @@ class SmoothQuantileKind:
             "cauchy under an epsilon total without delta",
             "lln is ρ-zCDP: use a rho total, or give delta to convert",
         )
-        eps, delta, rho = parse_shares(
+        shares = parse_shares(
             s.v,
             s.raw,
             s.prefix,
@@ -158,17 +177,8 @@ class SmoothQuantileKind:
             spends_delta=spends if noise == "laplace" else None,
             delta_under_epsilon=lln if noise == "lln" else None,
         )
-        return QueryConfig(
-            s.string("name"),
-            metric,
-            value=common["value"],
-            bounds=common["bounds"],
-            noise=noise,
-            epsilon=eps,
-            delta=delta,
-            rho=rho,
-            options={"method": METHOD, "q": q, "reduction": common["reduction"], "gamma": gamma},
-        )
+        options = {"method": METHOD, "q": q, "reduction": common["reduction"], "gamma": gamma}
+        return quantile_config(s, metric, common, shares, noise=noise, options=options)
 
     def needs_delta(self, query: QueryConfig) -> bool:
         return query.noise == "laplace"
