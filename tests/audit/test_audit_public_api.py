@@ -38,6 +38,14 @@ clamp is skipped where the rows are bounded (upper 15.99 applied instead of 8: t
 fixed-point quantum, so only the clamp changes) and the extra person's value is 15.9; the true
 loss is ≈ 2ε, expected ε_lb ≈ 2 − 4.9·(0.014 + 0.06) ≈ 1.6.
 Measured with the fixed secret: 0.789 (pass), 1.494 (caught).
+
+``dp.Count(bound="auto")`` with ``by`` and public partitions chooses a clamp per partition with its
+own stream, so the released ``bound`` column is audited the same way, against the choice's share
+(auto_share = 1/4 of ε = 4: ε = 1 for the choice; the bound is post-processing of the choice
+alone). The pair is ``test_audit_auto_bound``'s: totals (3, 8) in ``x-i`` against (3, 8, 5) in
+``y-i``, candidates 1 … 8 (``bound_range = [1, 8]``): p ≈ 0.127, q ≈ 0.051, so at m = 5,000
+ε_lb ≈ 0.92 − 4.9·(0.037 + 0.061) ≈ 0.44. Negative control: the share for a choice with ε = 3
+claimed as ε = 1. Measured with the fixed secret: 0.511 (pass), 1.871 (caught).
 """
 
 from __future__ import annotations
@@ -80,9 +88,11 @@ def _release(
     epsilon: float,
     rows: pa.Table,
     out_dir: Path,
+    *,
     values: list[str] | None = None,
+    column: str = "value",
 ) -> tuple[list[float], list[float]]:
-    """Releases ``metric(public keys)`` on ``rows`` → (values at ``x-*``, values at ``y-*``)."""
+    """Releases ``metric(public keys)`` on ``rows`` → (``column`` at ``x-*``, at ``y-*``)."""
     release = dp.Release._for_launcher(dp.Budget(epsilon=epsilon), KEY, noise=True)
     public = [f"{s}-{i}" for s in "xy" for i in range(N)]
     with beam.Pipeline() as p:
@@ -94,7 +104,7 @@ def _release(
         released = people | "released" >> metric(public)
         _ = (
             released
-            | beam.Map(lambda r: json.dumps([r.page, r.value]))
+            | beam.Map(lambda r: json.dumps([r.page, getattr(r, column)]))
             | beam.io.WriteToText(str(out_dir / "released"))
         )
     lines = [line for f in out_dir.glob("released*") for line in f.read_text().splitlines()]
@@ -182,6 +192,38 @@ def _release_sums(rows: pa.Table, out_dir: Path) -> tuple[list[float], list[floa
     )
 
 
+def _auto_bound_rows() -> pa.Table:
+    """Persons with 3 and 8 rows in every ``x-i``; the same plus one with 5 rows in ``y-i``."""
+    persons: list[str] = []
+    pages: list[str] = []
+    for side, totals in (("x", (3, 8)), ("y", (3, 8, 5))):
+        for i in range(N):
+            for j, rows in enumerate(totals):
+                persons += [f"{side}{i}.{j}"] * rows
+                pages += [f"{side}-{i}"] * rows
+    return pa.table({"person": persons, "page": pages})
+
+
+def _release_bounds(choice_epsilon: float, out_dir: Path) -> tuple[list[float], list[float]]:
+    """The auto bound chosen per public partition, with ``choice_epsilon`` for the choice."""
+    share = 4 * choice_epsilon  # auto_share = 1/4 of the share chooses the bound
+    return _release(
+        lambda public: dp.Count(
+            by=["page"],
+            max_partitions_per_person=1,
+            bound="auto",
+            bound_range=[1, 8],
+            auto_share=0.25,
+            public_partitions=public,
+            epsilon=share,
+        ),
+        share,
+        _auto_bound_rows(),
+        out_dir,
+        column="bound",
+    )
+
+
 def _audit(xs: list[float], ys: list[float]) -> AuditResult:
     return audit_outputs(xs, ys, epsilon=1.0, delta=0.0)
 
@@ -237,4 +279,15 @@ def test_sum_negative_control_skipped_clamp_is_caught(
 
     monkeypatch.setattr(aggregate, "bound_and_aggregate", unclamped)
     result = _audit(*_release_sums(_sum_rows(15.9), tmp_path))
+    assert not result.passed, str(result)
+
+
+def test_auto_bound_choice_through_the_public_api_passes_the_audit(tmp_path: Path) -> None:
+    result = _audit(*_release_bounds(1.0, tmp_path))
+    assert result.passed, str(result)
+    assert result.epsilon_lb >= 0.44 - 0.15, str(result)
+
+
+def test_auto_bound_negative_control_larger_choice_share_is_caught(tmp_path: Path) -> None:
+    result = _audit(*_release_bounds(3.0, tmp_path))
     assert not result.passed, str(result)
