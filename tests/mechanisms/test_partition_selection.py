@@ -25,9 +25,9 @@ from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
     TruncatedGeometricSelection,
-    discrete_laplace_tail,
 )
 from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.selection_tails import discrete_laplace_tail
 
 Rule = LaplaceThresholding | GaussianThresholding | TruncatedGeometricSelection
 

@@ -39,9 +39,9 @@ from .discrete import (
     discrete_laplace,
 )
 from .rng import KeyedRng
+from .selection_tails import MAX_TERMS, discrete_laplace_tail, gaussian_tail_fn, to_decimal
 
 _MARGIN = Decimal("1e-30")  # a threshold T is accepted only if δ(T)·(1 + 1e−30) ≤ δ
-_MAX_TERMS = 10**7  # cap on pmf terms / table entries computed at build time
 _DELTA_SLACK_DIGITS = 20  # the optimal rule is computed for δ' = δ_p·(1 − 10^−20)
 
 
@@ -90,11 +90,6 @@ def _digits(x: Fraction) -> int:
     return max(0, math.ceil(math.log10(x.denominator) - math.log10(x.numerator)))
 
 
-def _dec(x: Fraction) -> Decimal:
-    """x in the current decimal context (correctly rounded)."""
-    return Decimal(x.numerator) / Decimal(x.denominator)
-
-
 def _threshold_prec(delta: Fraction, L: int) -> int:
     # 1 − (1 − p)^L loses ~log10(1/p) digits to cancellation, p ≈ δ/L; 50 digits remain.
     return 50 + _digits(delta) + len(str(L))
@@ -115,74 +110,6 @@ def _smallest_passing(ok: Callable[[int], bool], lo: int, hi: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
-
-
-def discrete_laplace_tail(scale: Rational, k: int, *, prec: int = 60) -> Decimal:
-    """P(Z ≥ k) for Z ~ discrete Laplace of the given scale, to ``prec`` significant digits.
-
-    With q = e^(−1/scale), P(Z = z) = (1 − q)/(1 + q)·q^|z|, so for k ≥ 1 the geometric series gives
-    P(Z ≥ k) = (1 − q)/(1 + q)·q^k/(1 − q) = q^k/(1 + q); for k ≤ 0, by symmetry,
-    P(Z ≥ k) = 1 − P(Z ≥ 1 − k) = 1 − q^(1−k)/(1 + q).
-    """
-    rate = 1 / positive(scale, "scale", "the noise scale is L/ε")
-    with localcontext() as ctx:
-        ctx.prec = prec
-        r = _dec(rate)
-        q1 = 1 + (-r).exp()
-        if k >= 1:
-            return (-r * k).exp() / q1
-        return 1 - (-r * (1 - k)).exp() / q1
-
-
-def _gaussian_tail_fn(
-    sigma2: Fraction, floor: Decimal, prec: int
-) -> tuple[Callable[[int], Decimal], int]:
-    """(k ↦ P(Z ≥ k), M) for Z ~ discrete Gaussian(σ²), accurate where P(Z ≥ k) ≫ ``floor``.
-
-    The unnormalised terms t_z = e^(−z²/(2σ²)) are built by t_{z+1} = t_z·a·b^z with
-    a = e^(−1/(2σ²)), b = a² (multiplications only, ~2M roundings, hence ``prec`` + 10 digits),
-    up to the first M with t_M < floor and remainder bound R < floor, where
-    Σ_{z>M} t_z ≤ t_M·Σ_{j≥1} b^(Mj) = t_M·b^M/(1 − b^M) because (M + j)² ≥ M² + 2Mj. The tail sums
-    S(m) = Σ_{m≤z≤M} t_z + R are upper bounds; the normaliser is t_0 + 2·S(1).
-    """
-    with localcontext() as ctx:
-        ctx.prec = prec + 10
-        a = (-_dec(1 / (2 * sigma2))).exp()
-        b = a * a
-        terms = [Decimal(1)]
-        t, c, rest = Decimal(1), a, Decimal(0)  # c = a·b^z
-        while True:
-            t *= c
-            c *= b
-            terms.append(t)
-            if t < floor:
-                beta = c / a  # b^M for M = len(terms) − 1
-                rest = t * beta / (1 - beta)
-                if rest < floor:
-                    break
-            if len(terms) > _MAX_TERMS:
-                raise ValueError(
-                    f"discrete Gaussian with σ² = {float(sigma2):.6g} is too wide to tabulate "
-                    f"({_MAX_TERMS} terms); choose a larger rho or a smaller "
-                    "max_partitions_per_person"
-                )
-        M = len(terms) - 1
-        sums = [Decimal(0)] * (M + 2)
-        sums[M + 1] = rest
-        for z in range(M, -1, -1):
-            sums[z] = sums[z + 1] + terms[z]
-        norm = terms[0] + 2 * sums[1]
-
-    def tail(k: int) -> Decimal:
-        with localcontext() as ctx:
-            ctx.prec = prec
-            if k >= 1:
-                return sums[min(k, M + 1)] / norm
-            if 1 - k > M + 1:
-                return Decimal(1)
-            return 1 - sums[1 - k] / norm
-
-    return tail, M
 
 
 @dataclass(frozen=True, init=False)
@@ -250,7 +177,7 @@ class GaussianThresholding:
 
     ``threshold`` is chosen as for :class:`LaplaceThresholding`, with
     δ(T) = 1 − (1 − P(Z ≥ T − 1))^L and P(Z ≥ k) summed from the discrete Gaussian pmf in
-    :mod:`decimal`, with a rigorous bound on the truncated remainder (see ``_gaussian_tail_fn``).
+    :mod:`decimal`, with a rigorous bound on the truncated remainder (see ``gaussian_tail_fn``).
     Building costs O(σ·√log(L/δ)) decimal multiplications.
 
     Guarantee, precisely. (i) The noisy counts of the partitions present in both neighbours have L2
@@ -287,8 +214,8 @@ class GaussianThresholding:
 
     def _tail(self) -> tuple[Callable[[int], Decimal], int]:
         L = self.max_partitions_per_person
-        floor = Decimal(10) ** -40 * _dec(self.delta / L)
-        return _gaussian_tail_fn(self.sigma2, floor, _threshold_prec(self.delta, L))
+        floor = Decimal(10) ** -40 * to_decimal(self.delta / L)
+        return gaussian_tail_fn(self.sigma2, floor, _threshold_prec(self.delta, L))
 
     def _delta(self, tail: Callable[[int], Decimal], threshold: int) -> Decimal:
         p = tail(threshold - 1)
@@ -331,8 +258,8 @@ def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
     prec = grid + math.ceil(float(eps) / math.log(10)) + 10
     with localcontext() as ctx:
         ctx.prec = prec
-        e_up, e_down = _dec(eps).exp(), (-_dec(eps)).exp()
-        d = _dec(delta) * (1 - Decimal(10) ** -_DELTA_SLACK_DIGITS)
+        e_up, e_down = to_decimal(eps).exp(), (-to_decimal(eps)).exp()
+        d = to_decimal(delta) * (1 - Decimal(10) ** -_DELTA_SLACK_DIGITS)
         quantum = Decimal(10) ** -grid
         pi = Decimal(0)
         table = [Fraction(0)]
@@ -340,7 +267,7 @@ def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
             pi = min(e_up * pi + d, 1 - e_down * (1 - pi - d), Decimal(1))
             pi = pi.quantize(quantum, rounding=ROUND_FLOOR)
             table.append(Fraction(pi))
-            if len(table) > _MAX_TERMS:
+            if len(table) > MAX_TERMS:
                 raise ValueError(
                     "the optimal selection table would exceed 10^7 entries; per-partition ε = "
                     f"{float(eps):.3g} is too small: use GaussianThresholding, or a larger epsilon"
