@@ -26,22 +26,24 @@ from apache_beam.coders import typecoders
 from apache_beam.pvalue import PCollection
 
 from .bounding import (
-    I64,
     PERSON_COLUMN,
-    PERSON_HASH_COLUMN,
-    PERSON_HASH_KEY,
-    U64,
     ZERO_STATS,
     PartitionKey,
     PartitionStats,
     bound_and_aggregate,
     check_bounding_key,
+)
+from .params import BoundingParams
+from .person_hashing import (
+    I64,
+    PERSON_HASH_COLUMN,
+    PERSON_HASH_KEY,
+    U64,
     person_hash_fingerprint,
     person_rank_hashes,
     person_shards,
     rank_hash_shards,
 )
-from .params import BoundingParams
 
 
 class _PartitionStatsCoder(coders.Coder):
@@ -93,10 +95,11 @@ def split_by_shard(
 ) -> Iterator[tuple[int, Any]]:
     """(shard, rows of ``table`` whose person hashes to that shard), for each non-empty shard.
 
-    By default: shard = :func:`transforms.bounding.person_shards`, parts are plain tables with the
-    input's columns (sample-and-aggregate chunks rely on both). With ``packed`` (the shuffle of
-    :class:`ShardByPerson`): shard = :func:`transforms.bounding.rank_hash_shards` of the person's
-    ranking hash, and each part is a :data:`ShardPart` for :func:`_concatenate` to unpack.
+    By default: shard = :func:`transforms.person_hashing.person_shards`, parts are plain tables
+    with the input's columns (sample-and-aggregate chunks rely on both). With ``packed`` (the
+    shuffle of :class:`ShardByPerson`): shard = :func:`transforms.person_hashing.rank_hash_shards`
+    of the person's ranking hash, and each part is a :data:`ShardPart` for :func:`_concatenate` to
+    unpack.
     """
     if table.num_rows == 0:
         return

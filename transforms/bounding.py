@@ -43,9 +43,7 @@ exact for shards of fewer than 2^33 rows.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -55,18 +53,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .params import BoundingParams
+from .person_hashing import (
+    I64,
+    U64,
+    as_arrow_array,
+    carried_person_hashes,
+    dictionary_indices,
+    encode_column,
+    hash_per_value,
+    mix64,
+    splitmix64,
+)
 
 PERSON_COLUMN = "__person__"
-PERSON_HASH_COLUMN = "__person_hash__"  # per row: its person's ranking hash (see the docstring)
-PERSON_HASH_KEY = b"userdp.person_hash_key"  # schema metadata: fingerprint of the hash's key
 BOUNDING_KEY_BYTES = 32
 
 PartitionKey = tuple[Any, ...]
-U64 = npt.NDArray[np.uint64]
-I64 = npt.NDArray[np.int64]
 
 _SPLIT_BITS = 20  # fixed-point values (|x| ≤ 2^41) are summed as two halves of ≤ 21 bits each
-_SHARD_SALT = np.uint64(0x5348415244)  # shard = splitmix64(h ⊕ salt) mod S: not h's own bits
 
 
 class PartitionStats(NamedTuple):
@@ -96,141 +100,6 @@ def check_bounding_key(key: bytes) -> None:
             f"{len(key) if isinstance(key, bytes) else type(key).__name__}; "
             "the launcher derives it from the release secret"
         )
-
-
-# --- hashing ----------------------------------------------------------------------------------
-
-
-def splitmix64(x: U64) -> U64:
-    """The splitmix64 finaliser, elementwise (uint64 arithmetic wraps, as intended)."""
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    out: U64 = z ^ (z >> np.uint64(31))
-    return out
-
-
-def _mix(a: U64, b: U64) -> U64:
-    """An order-sensitive combination of two 64-bit hashes."""
-    return splitmix64(a ^ splitmix64(b))
-
-
-def _value_bytes(v: object) -> bytes:
-    """Type-tagged bytes of one distinct column value (injective within a column)."""
-    if isinstance(v, str):
-        return b"s" + v.encode("utf-8")
-    if isinstance(v, bytes):
-        return b"y" + v
-    if isinstance(v, bool):
-        return b"b1" if v else b"b0"
-    if isinstance(v, int):
-        return b"i" + str(v).encode("ascii")
-    if isinstance(v, float):
-        return b"f" + v.hex().encode("ascii")
-    return b"o" + type(v).__qualname__.encode() + b":" + repr(v).encode("utf-8")
-
-
-def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes, arrow_type: Any = None) -> U64:
-    """BLAKE2b-64 keyed with ``key`` of tag ‖ value bytes (:func:`_value_bytes`), per value.
-
-    ``arrow_type``, when given, is the type of the Arrow column the values came from: for string
-    and integer columns every value has the same type tag, so the loop skips the per-value dispatch
-    (same bytes hashed, same hashes; this loop is the costliest step of sharding).
-    """
-    base = hashlib.blake2b(key=key, digest_size=8)
-    base.update(tag + b"\x00")
-    as_bytes: Callable[[Any], bytes] = _value_bytes
-    if arrow_type is not None and pa.types.is_string(arrow_type):
-        base.update(b"s")
-        as_bytes = str.encode
-    elif arrow_type is not None and pa.types.is_integer(arrow_type):
-        base.update(b"i")
-        as_bytes = _int_bytes
-    copy, digests = base.copy, bytearray()
-    for v in values:
-        h = copy()
-        h.update(as_bytes(v))
-        digests += h.digest()
-    return np.frombuffer(bytes(digests), dtype="<u8").astype(np.uint64)
-
-
-def _int_bytes(v: int) -> bytes:
-    return str(v).encode("ascii")
-
-
-def _as_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks == 1:
-            return column.chunk(0)
-        return pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
-    return column
-
-
-def _indices(encoded: pa.DictionaryArray) -> I64:
-    out: I64 = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return out
-
-
-class _EncodedColumn(NamedTuple):
-    codes: I64  # per row: rank of its value among the sorted distinct values
-    hashes: U64  # per distinct value (sorted order): keyed hash
-    values: list[Any]  # per distinct value (sorted order): the Python value
-
-
-def _encode_column(column: pa.ChunkedArray | pa.Array, key: bytes, tag: bytes) -> _EncodedColumn:
-    """Dictionary-encode a column; distinct values sorted, so indices do not depend on row order."""
-    encoded = pc.dictionary_encode(_as_array(column))
-    dictionary = encoded.dictionary
-    order = pc.sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order), dtype=np.int64)
-    codes = rank[_indices(encoded)]
-    values = dictionary.take(pa.array(order)).to_pylist()
-    return _EncodedColumn(codes, _keyed_hashes(values, key, tag, dictionary.type), values)
-
-
-def _hash_per_value(column: pa.ChunkedArray | pa.Array, key: bytes, tag: bytes) -> tuple[I64, U64]:
-    """(per row: index of its value, per distinct value: keyed hash); indices in any order."""
-    encoded = pc.dictionary_encode(_as_array(column))
-    dictionary = encoded.dictionary
-    return _indices(encoded), _keyed_hashes(dictionary.to_pylist(), key, tag, dictionary.type)
-
-
-def person_shards(persons: pa.ChunkedArray | pa.Array, num_shards: int, key: bytes) -> I64:
-    """Per row, the person's shard: keyed hash of the person id mod ``num_shards``."""
-    codes, hashes = _hash_per_value(persons, key, b"shard")
-    shard_of_value = (hashes % np.uint64(num_shards)).astype(np.int64)
-    out: I64 = shard_of_value[codes]
-    return out
-
-
-def person_rank_hashes(ids: pa.Array, key: bytes) -> U64:
-    """Per value of ``ids`` (distinct person ids), its ranking hash h (module docstring).
-
-    The same h that :func:`bound_and_aggregate` computes for a table without
-    :data:`PERSON_HASH_COLUMN`: BLAKE2b-64 keyed with ``key`` of "person" ‖ the id's bytes.
-    """
-    return _keyed_hashes(ids.to_pylist(), key, b"person", ids.type)
-
-
-def rank_hash_shards(hashes: U64, num_shards: int) -> I64:
-    """Per ranking hash h, its person's shard: splitmix64(h ⊕ salt) mod ``num_shards``."""
-    out: I64 = (splitmix64(hashes ^ _SHARD_SALT) % np.uint64(num_shards)).astype(np.int64)
-    return out
-
-
-def person_hash_fingerprint(key: bytes) -> bytes:
-    """Names the key a :data:`PERSON_HASH_COLUMN` was made with (schema metadata), not the key."""
-    return hashlib.blake2b(b"person hash column", key=key, digest_size=16).hexdigest().encode()
-
-
-def _carried_person_hashes(table: pa.Table, key: bytes) -> U64 | None:
-    """The per-row person hashes carried by ``table`` if they were made with ``key``, else None."""
-    fingerprint = (table.schema.metadata or {}).get(PERSON_HASH_KEY)
-    if PERSON_HASH_COLUMN not in table.column_names or fingerprint != person_hash_fingerprint(key):
-        return None
-    out: U64 = _as_array(table.column(PERSON_HASH_COLUMN)).to_numpy(zero_copy_only=False)
-    return out
 
 
 # --- bounding ---------------------------------------------------------------------------------
@@ -268,11 +137,11 @@ class _Persons(NamedTuple):
 
 
 def _persons(table: pa.Table, key: bytes) -> _Persons:
-    carried = _carried_person_hashes(table, key)
+    carried = carried_person_hashes(table, key)
     if carried is None:
-        return _Persons(*_hash_per_value(table.column(PERSON_COLUMN), key, b"person"))
-    encoded = pc.dictionary_encode(_as_array(table.column(PERSON_COLUMN)))
-    code = _indices(encoded)
+        return _Persons(*hash_per_value(table.column(PERSON_COLUMN), key, b"person"))
+    encoded = pc.dictionary_encode(as_arrow_array(table.column(PERSON_COLUMN)))
+    code = dictionary_indices(encoded)
     hashes = np.empty(len(encoded.dictionary), dtype=np.uint64)
     hashes[code] = carried  # equal for all rows of a person (one hash per person id)
     return _Persons(code, hashes)
@@ -288,7 +157,7 @@ def _partitions(table: pa.Table, by: tuple[str, ...], key: bytes) -> _Partitions
     n = table.num_rows
     if not by:
         return _Partitions(np.zeros(n, np.int64), [()], np.zeros(1, np.uint64))
-    columns = [_encode_column(table.column(c), key, b"by:" + c.encode()) for c in by]
+    columns = [encode_column(table.column(c), key, b"by:" + c.encode()) for c in by]
     if len(columns) == 1:  # the codes are already dense ranks of the sorted distinct values
         only = columns[0]
         return _Partitions(only.codes, [(v,) for v in only.values], only.hashes)
@@ -301,7 +170,7 @@ def _partitions(table: pa.Table, by: tuple[str, ...], key: bytes) -> _Partitions
         code = inverse.astype(np.int64).reshape(-1)
     h = columns[0].hashes[columns[0].codes[first]]
     for col in columns[1:]:
-        h = _mix(h, col.hashes[col.codes[first]])
+        h = mix64(h, col.hashes[col.codes[first]])
     keys = [tuple(col.values[col.codes[r]] for col in columns) for r in first.tolist()]
     return _Partitions(code, keys, h)
 
@@ -376,7 +245,7 @@ def bound_and_aggregate(
     # (person, partition) pairs, sorted by person then partition code.
     pairs = _pairs(persons.code * P + parts.code, len(persons.hashes) * P, params.value is not None)
     pair_person, pair_part, pair_rows = pairs.code // P, pairs.code % P, pairs.rows
-    pair_hash = _mix(persons.hashes[pair_person], parts.hashes[pair_part])
+    pair_hash = mix64(persons.hashes[pair_person], parts.hashes[pair_part])
     kept_pair = _rank_within_groups(pair_person, pair_hash, pair_part) < L
 
     kept_part = pair_part[kept_pair]
@@ -391,10 +260,10 @@ def bound_and_aggregate(
         pair_of_row = pairs.of_row
         # Rows of kept pairs, clamped (+0.0 turns −0.0 into 0.0: interchangeable rows hash alike).
         idx = np.flatnonzero(kept_pair[pair_of_row])
-        values = _as_array(table.column(params.value)).to_numpy(zero_copy_only=False)
+        values = as_arrow_array(table.column(params.value)).to_numpy(zero_copy_only=False)
         v = np.clip(values[idx].astype(np.float64), params.lower, params.upper) + 0.0
         row_pair = pair_of_row[idx]
-        row_hash = _mix(pair_hash[row_pair], splitmix64(v.view(np.uint64)))
+        row_hash = mix64(pair_hash[row_pair], splitmix64(v.view(np.uint64)))
         chosen = _rank_within_groups(row_pair, row_hash, v) < C
         v, row_part = v[chosen], pair_part[row_pair[chosen]]
         rows = np.bincount(row_part, minlength=P)

@@ -39,7 +39,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms import combiners
 
 from .aggregate import split_by_shard
-from .bounding import PERSON_COLUMN, check_bounding_key, person_shards
+from .bounding import PERSON_COLUMN, check_bounding_key
 from .keys import KeySource, NoiseKey
 from .mechanisms.additive import LaplaceMechanism
 from .mechanisms.chunk_functions import (
@@ -51,6 +51,7 @@ from .mechanisms.chunk_functions import (
     sanitize_answer,
 )
 from .mechanisms.sample_aggregate import SampleAggregateParams
+from .person_hashing import person_shards
 
 NOISE_LABEL = "sample_aggregate"
 

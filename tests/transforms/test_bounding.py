@@ -14,9 +14,9 @@ from userdp.transforms.bounding import (
     ZERO_STATS,
     PartitionStats,
     bound_and_aggregate,
-    person_shards,
 )
 from userdp.transforms.params import BoundingParams
+from userdp.transforms.person_hashing import person_shards
 
 KEY = bytes(range(32))
 

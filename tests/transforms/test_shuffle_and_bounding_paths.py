@@ -26,20 +26,22 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
-from userdp.transforms import bounding
+from userdp.transforms import bounding, person_hashing
 from userdp.transforms.aggregate import ShardByPerson, _concatenate, split_by_shard
 from userdp.transforms.bounding import (
     PERSON_COLUMN,
-    PERSON_HASH_COLUMN,
-    PERSON_HASH_KEY,
     ZERO_STATS,
     PartitionStats,
     bound_and_aggregate,
+)
+from userdp.transforms.params import BoundingParams
+from userdp.transforms.person_hashing import (
+    PERSON_HASH_COLUMN,
+    PERSON_HASH_KEY,
     person_hash_fingerprint,
     person_rank_hashes,
     rank_hash_shards,
 )
-from userdp.transforms.params import BoundingParams
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(100, 132))
@@ -285,14 +287,14 @@ def test_shard_by_person_round_trip_through_beam(person_hashes: bool) -> None:
 def spy_person_hashing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the person ids bounding hashes itself (not taken from a carried column)."""
     hashed: list[int] = []
-    original = bounding._keyed_hashes
+    original = person_hashing._keyed_hashes
 
     def spy(values: Any, key: bytes, tag: bytes, arrow_type: Any = None) -> Any:
         if tag == b"person":
             hashed.append(len(values))
         return original(values, key, tag, arrow_type)
 
-    monkeypatch.setattr(bounding, "_keyed_hashes", spy)
+    monkeypatch.setattr(person_hashing, "_keyed_hashes", spy)
     return hashed
 
 
