@@ -47,6 +47,7 @@ from shifted_inverse import top_values, trimmed_error
 
 from userdp.pipelines.kinds.auto_bound import DEFAULT_AUTO_SHARE, SUM_OCTAVES
 from userdp.pipelines.kinds.shifted_inverse_plan import clamp_choice
+from userdp.transforms.mechanisms.accounting import PureDP
 from userdp.transforms.mechanisms.additive import laplace_mechanism
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
 from userdp.transforms.mechanisms.rng import KeyedRng
@@ -130,7 +131,9 @@ def best_clamp(totals: np.ndarray, eps: Fraction, runs: int) -> tuple[float, flo
 def shifted_inverse_total(totals: np.ndarray, count: bool, eps: Fraction) -> Callable[[int], float]:
     scale = 1 if count else 1024  # sums: whole 1/1024 units, as the job's fixed point
     ints = np.ceil(totals * scale).astype(np.int64)
-    params = ShiftedInverseParams(upper=2**40, resolution=1, epsilon=eps, beta=Fraction(1, 10))
+    params = ShiftedInverseParams(
+        upper=2**40, resolution=1, budget=PureDP(eps), beta=Fraction(1, 10)
+    )
     top = top_values(ints, params.top_k)
     down = sum_down_values(int(ints.sum()), top, params.down_values_needed)
     return lambda i: (

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from userdp.pipelines.generate import generate
+from userdp.transforms.mechanisms.accounting import PureDP
 from userdp.transforms.mechanisms.additive import laplace_mechanism
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
 from userdp.transforms.mechanisms.exponential import sample_exp_weights
@@ -90,7 +91,9 @@ def part1(runs: int) -> bool:
     print(f"  {'ε':>6} {'τ':>5} {'ours':>9} {'paper':>9} {'ratio':>7}  (±15% checked at 1/8, 1, 8)")
     ok = True
     for eps, paper in PAPER.items():
-        params = ShiftedInverseParams(upper=15 * 10**9, resolution=10, epsilon=eps, beta=BETA)
+        params = ShiftedInverseParams(
+            upper=15 * 10**9, resolution=10, budget=PureDP(eps), beta=BETA
+        )
         down = sum_down_values(total, top_values(rows, params.top_k), params.down_values_needed)
         errors = [
             float(shifted_inverse(down, params, KeyedRng(SECRET, "fdy22", str(eps), i))) - total
@@ -155,16 +158,16 @@ def part2(ids: np.ndarray, runs: int) -> None:
         "total": {}, "max": {}, "p99": {},
     }  # fmt: skip
 
-    si_total = ShiftedInverseParams(upper=2**40, resolution=1, epsilon=eps, beta=BETA)
+    si_total = ShiftedInverseParams(upper=2**40, resolution=1, budget=PureDP(eps), beta=BETA)
     down_total = sum_down_values(total, top_values(visits, si_total.top_k), si_total.loss_cap)
     methods["total"]["shifted inverse"] = lambda r, _: float(
         shifted_inverse(down_total, si_total, r)
     )
-    si_max = ShiftedInverseParams(upper=2**24, resolution=1, epsilon=eps, beta=BETA)
+    si_max = ShiftedInverseParams(upper=2**24, resolution=1, budget=PureDP(eps), beta=BETA)
     down_max = max_down_values(top_values(visits, si_max.loss_cap), si_max.loss_cap)
     methods["max"]["shifted inverse"] = lambda r, _: float(shifted_inverse(down_max, si_max, r))
-    count_p = ShiftedInverseParams(upper=2**30, resolution=1, epsilon=eps / 2, beta=BETA)
-    select_p = ShiftedInverseParams(upper=2**24, resolution=1, epsilon=eps / 2, beta=BETA)
+    count_p = ShiftedInverseParams(upper=2**30, resolution=1, budget=PureDP(eps / 2), beta=BETA)
+    select_p = ShiftedInverseParams(upper=2**24, resolution=1, budget=PureDP(eps / 2), beta=BETA)
     persons = np.arange(n)
 
     def si_p99(r1: KeyedRng, r2: KeyedRng) -> float:
@@ -230,7 +233,12 @@ def part3(ids: np.ndarray, durations: np.ndarray, runs: int) -> None:
     eps, n = 1.0, len(durations)
     print(f"\nPart 3 — selection on {n:,} row values (duration_s), ε = {eps}, rank error in rows")
     params = ShiftedInverseParams(
-        upper=2**20, resolution=Fraction(1, 8), epsilon=eps, beta=BETA, grid="log", growth=1.01
+        upper=2**20,
+        resolution=Fraction(1, 8),
+        budget=PureDP(eps),
+        beta=BETA,
+        grid="log",
+        growth=1.01,
     )
     print(f"  log grid: |Y| = {params.output_grid.size}, τ = {params.tau}")
     for name, k in (("max", 1), ("99.9th pct", n - math.ceil(0.999 * n) + 1)):

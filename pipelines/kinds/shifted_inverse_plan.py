@@ -71,10 +71,10 @@ def shifted_inverse_params(part: Budget, o: dict[str, Any], *, count: bool) -> S
         grid["growth"] = o["growth"]
     if isinstance(part, ZCDP) and o["search"] == "binary":
         return ShiftedInverseParams(
-            **grid, beta=o["beta"], rho=part.rho, search="binary", noise=o["noise"]
+            **grid, beta=o["beta"], budget=ZCDP(part.rho), search="binary", noise=o["noise"]
         )
     return ShiftedInverseParams(
-        **grid, beta=o["beta"], epsilon=pure_epsilon(part), search=o["search"]
+        **grid, beta=o["beta"], budget=PureDP(pure_epsilon(part)), search=o["search"]
     )
 
 

@@ -42,7 +42,7 @@ from functools import cache
 import pytest
 
 from tests.audit.harness import AuditResult, audit_outputs, draw
-from userdp.transforms.mechanisms.accounting import ZCDP, float_up, zcdp_to_approx
+from userdp.transforms.mechanisms.accounting import ZCDP, PureDP, float_up, zcdp_to_approx
 from userdp.transforms.mechanisms.discrete import discrete_laplace
 from userdp.transforms.mechanisms.exponential import sample_exp_weights
 from userdp.transforms.mechanisms.rng import KeyedRng
@@ -55,11 +55,13 @@ N_SLOW = 1_000_000
 POWER_SLACK = 0.1
 HALF = Fraction(1, 2)
 
-EM = ShiftedInverseParams(upper=20, resolution=1, epsilon=1, beta=HALF)
-PURE = ShiftedInverseParams(upper=3, resolution=1, epsilon=1, beta=HALF, search="binary")
-ZL = ShiftedInverseParams(upper=3, resolution=1, rho=Fraction(1, 8), beta=HALF, search="binary")
+EM = ShiftedInverseParams(upper=20, resolution=1, budget=PureDP(1), beta=HALF)
+PURE = ShiftedInverseParams(upper=3, resolution=1, budget=PureDP(1), beta=HALF, search="binary")
+ZL = ShiftedInverseParams(
+    upper=3, resolution=1, budget=ZCDP(Fraction(1, 8)), beta=HALF, search="binary"
+)
 ZG = ShiftedInverseParams(
-    upper=3, resolution=1, rho=Fraction(1, 4), beta=HALF, search="binary", noise="gaussian"
+    upper=3, resolution=1, budget=ZCDP(Fraction(1, 4)), beta=HALF, search="binary", noise="gaussian"
 )
 Down = tuple[Fraction, ...]
 Mechanism = Callable[[Down, KeyedRng], int]
@@ -181,7 +183,7 @@ def test_pure_binary_search_on_a_sensitivity_two_loss_is_caught(n: int) -> None:
 @pytest.mark.parametrize("n", _sizes(10_000))
 def test_zcdp_binary_search_passes(n: int) -> None:
     draws = _draws("zl", n)
-    converted = zcdp_to_approx(ZCDP(ZL.rho), Fraction(1, 10**5))  # type: ignore[arg-type]
+    converted = zcdp_to_approx(ZL.budget, Fraction(1, 10**5))  # type: ignore[arg-type]
     result = audit_outputs(*draws, epsilon=float(converted.epsilon), delta=1e-5)
     assert result.passed, str(result)
     pure = float_up(ZL.steps / ZL.noise_scale)  # each step is (1/σ)-DP with Laplace noise
@@ -199,6 +201,6 @@ def test_zcdp_binary_search_on_a_sensitivity_two_loss_is_caught(n: int) -> None:
 
 @pytest.mark.parametrize("n", _sizes(10_000))
 def test_gaussian_zcdp_binary_search_passes(n: int) -> None:
-    converted = zcdp_to_approx(ZCDP(ZG.rho), Fraction(1, 10**5))  # type: ignore[arg-type]
+    converted = zcdp_to_approx(ZG.budget, Fraction(1, 10**5))  # type: ignore[arg-type]
     result = audit_outputs(*_draws("zg", n), epsilon=float(converted.epsilon), delta=1e-5)
     assert result.passed, str(result)

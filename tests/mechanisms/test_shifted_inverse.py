@@ -32,6 +32,11 @@ HALF = Fraction(1, 2)
 
 
 def _params(**kw: object) -> ShiftedInverseParams:
+    """Params with ``epsilon=`` / ``rho=`` as shorthands for ``budget=PureDP(…)`` / ``ZCDP(…)``."""
+    if "epsilon" in kw:
+        kw["budget"] = PureDP(kw.pop("epsilon"))  # type: ignore[arg-type]
+    if "rho" in kw:
+        kw["budget"] = ZCDP(kw.pop("rho"))  # type: ignore[arg-type]
     return ShiftedInverseParams(**{"upper": 12, "resolution": 1, "beta": HALF, **kw})  # type: ignore[arg-type]
 
 
@@ -100,7 +105,7 @@ def test_ceil_index_is_monotone_and_is_the_smallest_point_above(grid: OutputGrid
 @pytest.mark.parametrize(("epsilon", "tau"), [(1, 47), (Fraction(1, 8), 375), (8, 6)])
 def test_tau_matches_the_fdy22_artifact(epsilon: Fraction, tau: int) -> None:
     # D = 1.5·10^10, d = 10, β = 0.1: the artifact's files hold 2τ + 1 = 95, 751, 13 values.
-    p = ShiftedInverseParams(upper=15 * 10**9, resolution=10, epsilon=epsilon)
+    p = ShiftedInverseParams(upper=15 * 10**9, resolution=10, budget=PureDP(epsilon))
     assert p.output_grid.size == 15 * 10**8 + 1
     assert p.tau == tau and p.loss_cap == 2 * tau + 2 == p.down_values_needed == p.top_k + 1
 
@@ -131,17 +136,15 @@ def test_guarantee_manifest_and_split() -> None:
     z = _params(rho=1, search="binary", grid="log", growth=2)
     assert z.guarantee == ZCDP(1)
     assert {"noise", "steps", "sigma", "growth"} <= set(z.to_manifest())
-    assert p.split(4).epsilon == Fraction(1, 8) and z.split(2).rho == HALF
+    assert p.split(4).budget == PureDP(Fraction(1, 8)) and z.split(2).budget == ZCDP(HALF)
 
 
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({}, "exactly one budget"),
-        ({"epsilon": 1, "rho": 1}, "exactly one budget"),
         ({"epsilon": 0}, "epsilon must be positive"),
         ({"rho": 1}, "exponential search is pure"),
-        ({"epsilon": 1, "search": "binary", "noise": "gaussian"}, "give rho instead"),
+        ({"epsilon": 1, "search": "binary", "noise": "gaussian"}, r"give ZCDP\(rho\) instead"),
         ({"epsilon": 1, "beta": 1}, r"beta must lie in \(0, 1\)"),
         ({"epsilon": 1, "search": "linear"}, "search must be"),
         ({"epsilon": 1, "noise": "cauchy"}, "noise must be"),
@@ -377,7 +380,7 @@ def test_huge_grid_is_fast_and_accurate(search: str) -> None:
     p = ShiftedInverseParams(
         upper=2**40,
         resolution=1,
-        epsilon=1,
+        budget=PureDP(1),
         beta=Fraction(1, 1000),
         search=search,  # type: ignore[arg-type]
     )

@@ -168,14 +168,14 @@ def test_pure_share_goes_to_the_search_and_is_split_over_partitions(tmp_path: Pa
     dom["max_partitions_per_person"] = 4
     plan = plan_release(parse_job(job(tmp_path, TOTAL, dom, MEDIAN, epsilon=0.75)))
     t, d, m = plan.queries
-    assert isinstance(t, ShiftedInversePlan) and t.params.epsilon == Fraction(1, 4)
+    assert isinstance(t, ShiftedInversePlan) and t.params.budget == PureDP(Fraction(1, 4))
     assert t.params.search == "exponential" and t.params.tau == math.ceil(
         8 * (math.log(2**40 + 1) - math.log(0.1))
     )
-    assert isinstance(d, ShiftedInversePlan) and d.params.epsilon == Fraction(1, 16)
+    assert isinstance(d, ShiftedInversePlan) and d.params.budget == PureDP(Fraction(1, 16))
     assert d.public_keys == (("site00.example",), ("site01.example",))
     assert isinstance(m, ShiftedInversePlan) and m.count_params is not None
-    assert m.count_params.epsilon == m.params.epsilon == Fraction(1, 8)  # half each
+    assert m.count_params.budget == m.params.budget == PureDP(Fraction(1, 8))  # half each
     assert m.guarantee == PureDP(Fraction(1, 4)) and plan.spent == PureDP(Fraction(3, 4))
 
 
@@ -184,11 +184,11 @@ def test_rho_share_defaults_to_the_zcdp_binary_search(tmp_path: Path) -> None:
     lap = {**TOTAL, "name": "l", "noise": "laplace"}
     plan = plan_release(parse_job(job(tmp_path, TOTAL, expo, lap, rho=0.375)))
     t, e, lap_plan = plan.queries
-    assert isinstance(t, ShiftedInversePlan) and t.params.rho == Fraction(1, 8)
+    assert isinstance(t, ShiftedInversePlan) and t.params.budget == ZCDP(Fraction(1, 8))
     assert t.params.search == "binary" and t.params.noise == "gaussian"
     assert t.guarantee == ZCDP(Fraction(1, 8))
-    assert isinstance(e, ShiftedInversePlan) and e.params.epsilon is not None
-    eps = Fraction(e.params.epsilon)  # the largest float ε with ε²/2 ≤ ρ
+    assert isinstance(e, ShiftedInversePlan) and isinstance(e.params.budget, PureDP)
+    eps = e.params.budget.epsilon  # the largest float ε with ε²/2 ≤ ρ
     assert eps**2 / 2 <= Fraction(1, 8) < Fraction(math.nextafter(float(eps), 2)) ** 2 / 2
     assert "ε-DP is ε²/2-zCDP" in e.to_manifest()["counted_as"]["rule"]
     assert isinstance(lap_plan, ShiftedInversePlan) and lap_plan.params.noise == "laplace"
@@ -497,7 +497,7 @@ def test_noise_on_is_the_core_mechanism_keyed_by_query_partition_and_purpose(
         assert rows[name] == [{"value": float(value)}], name
     p = plans["dom"]
     assert isinstance(p, ShiftedInversePlan) and p.share == PureDP(1)
-    assert p.params.epsilon == Fraction(1, 2)  # per partition: the share / L
+    assert p.params.budget == PureDP(Fraction(1, 2))  # per partition: the share / L
     c, released = p.params.down_values_needed, {r["domain"]: r["value"] for r in rows["dom"]}
     for domain, per_person in domain_rows(table, list(released), 2).items():
         top = sorted(per_person, reverse=True)[: c - 1]

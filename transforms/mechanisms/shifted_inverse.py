@@ -73,24 +73,26 @@ BinaryNoise = Literal["laplace", "gaussian"]
 _SQRT_BITS = 64  # σ = √(T/(2ρ)) is rounded up to a multiple of 2^−64
 
 
-def _typed_budget(
-    epsilon: Rational | None, rho: Rational | None, search: str, noise: str
-) -> PureDP | ZCDP:
-    """The one budget given, typed and checked positive, or a ValueError saying which to give."""
-    if (epsilon is None) == (rho is None):
-        raise ValueError("give exactly one budget: epsilon (pure DP) or rho (zCDP)")
+def _typed_budget(budget: object, search: str, noise: str) -> PureDP | ZCDP:
+    """The budget, checked: PureDP(ε) or ZCDP(ρ), positive, and one the search can spend."""
+    if not isinstance(budget, PureDP | ZCDP):
+        raise TypeError(
+            f"budget must be PureDP(epsilon) or ZCDP(rho), got {type(budget).__name__}: the "
+            "exponential search is pure ε-DP, the binary search pure ε-DP or ρ-zCDP"
+        )
     hint = "every query needs a positive share of the budget"
-    if rho is not None and search == "exponential":
+    if isinstance(budget, ZCDP) and search == "exponential":
         raise ValueError(
-            "the exponential search is pure ε-DP: give epsilon, or use search='binary' "
+            "the exponential search is pure ε-DP: give PureDP(epsilon), or use search='binary' "
             "for a ρ-zCDP budget"
         )
-    if noise == "gaussian" and rho is None:
-        raise ValueError("noise='gaussian' gives ρ-zCDP, not pure DP: give rho instead")
-    if epsilon is not None:
-        return PureDP(positive(epsilon, "epsilon", hint))
-    assert rho is not None  # exactly one was given
-    return ZCDP(positive(rho, "rho", hint))
+    if noise == "gaussian" and isinstance(budget, PureDP):
+        raise ValueError("noise='gaussian' gives ρ-zCDP, not pure DP: give ZCDP(rho) instead")
+    if isinstance(budget, PureDP):
+        positive(budget.epsilon, "epsilon", hint)
+    else:
+        positive(budget.rho, "rho", hint)
+    return budget
 
 
 def _ceil_sqrt(x: Fraction) -> Fraction:
@@ -106,9 +108,10 @@ def _ceil_sqrt(x: Fraction) -> Fraction:
 class ShiftedInverseParams:
     """Public parameters of one shifted-inverse release, validated at construction.
 
-    Guarantee: pure ε-DP (``epsilon``; ``search="exponential"`` or ``"binary"``) or ρ-zCDP
-    (``rho``; ``search="binary"``) for adding or removing all rows of one person, for any monotone
-    statistic whose down values are computed as :mod:`.shifted_inverse_stats` does. Proofs: seed
+    Guarantee: pure ε-DP (``budget=PureDP(ε)``; ``search="exponential"`` or ``"binary"``) or
+    ρ-zCDP (``budget=ZCDP(ρ)``; ``search="binary"``) for adding or removing all rows of one
+    person, for any monotone statistic whose down values are computed as
+    :mod:`.shifted_inverse_stats` does. Proofs: seed
     ``shifted-inverse-down-sensitivity.txt`` (Proposition 3, Theorems 4–5, footnotes 4 and 6) and
     ``docs/shifted_inverse.md`` (grid, clamp, runs, binary-search start and step count).
 
@@ -116,7 +119,7 @@ class ShiftedInverseParams:
       upper: D, the largest releasable value (larger statistics are released as at most D).
       resolution: d, the grid step (near zero for a log grid).
       beta: the failure probability β of the accuracy guarantee (utility only, not privacy).
-      epsilon / rho: the budget; exactly one.
+      budget: ``PureDP(ε)`` or ``ZCDP(ρ)`` — one typed value, checked when the params are made.
       search: ``"exponential"`` (pure ε) or ``"binary"`` (pure ε or ρ-zCDP).
       grid: ``"linear"`` or ``"log"``; ``growth`` is the log grid's ratio (> 1).
       noise: binary search under ρ-zCDP only: ``"laplace"`` (the seed) or ``"gaussian"``.
@@ -125,15 +128,12 @@ class ShiftedInverseParams:
     upper: Rational
     resolution: Rational
     beta: Rational = Fraction(1, 10)
-    epsilon: Rational | None = None
-    rho: Rational | None = None
+    budget: PureDP | ZCDP
     search: Search = "exponential"
     grid: GridKind = "linear"
     growth: Rational | None = None
     noise: BinaryNoise = "laplace"
     output_grid: OutputGrid = field(init=False, repr=False)
-    # the budget as one typed value: PureDP(epsilon) or ZCDP(rho), checked positive
-    budget: PureDP | ZCDP = field(init=False, repr=False, compare=False)
     tau: int = field(init=False)
     noise_scale: Fraction = field(init=False, repr=False)  # binary: Laplace σ or Gaussian σ²
     steps: int = field(init=False, repr=False)  # binary search steps T; 0 otherwise
@@ -147,7 +147,7 @@ class ShiftedInverseParams:
             raise ValueError(f"search must be 'exponential' or 'binary', got {self.search!r}")
         if self.noise not in ("laplace", "gaussian"):
             raise ValueError(f"noise must be 'laplace' or 'gaussian', got {self.noise!r}")
-        budget = _typed_budget(self.epsilon, self.rho, self.search, self.noise)
+        budget = _typed_budget(self.budget, self.search, self.noise)
         grid = OutputGrid(
             as_fraction(self.upper, "upper"),
             as_fraction(self.resolution, "resolution"),
@@ -172,7 +172,6 @@ class ShiftedInverseParams:
             else:  # P[|Z| > τ] ≤ 2·exp(−τ²/(2σ²)) per step
                 tau = math.ceil(s * math.sqrt(2 * math.log(2 * steps / float(beta))))
         object.__setattr__(self, "output_grid", grid)
-        object.__setattr__(self, "budget", budget)
         object.__setattr__(self, "tau", max(tau, 1))
         object.__setattr__(self, "noise_scale", scale)
         object.__setattr__(self, "steps", steps)
@@ -222,8 +221,8 @@ class ShiftedInverseParams:
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
             raise ValueError(f"parts must be a positive integer, got {parts!r}")
         if isinstance(self.budget, PureDP):
-            return replace(self, epsilon=self.budget.epsilon / parts)
-        return replace(self, rho=self.budget.rho / parts)
+            return replace(self, budget=PureDP(self.budget.epsilon / parts))
+        return replace(self, budget=ZCDP(self.budget.rho / parts))
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the mechanism, its guarantee and its public parameters."""
