@@ -14,7 +14,7 @@ Part 2 — person level, on ``pipelines.generate.generate`` data: each person's 
 Data generation uses numpy's seeded Generator (it is data, not noise); every noise draw comes from
 a KeyedRng with a fixed benchmark secret, so the figures are reproducible.
 
-Usage: python benchmarks/local_sensitivity.py [--runs 300] [--people 20000]
+Usage: python benchmarks/local_sensitivity.py [--runs 300] [--people 20000] [--pydp-python PATH]
 """
 
 from __future__ import annotations
@@ -131,12 +131,43 @@ def part2(runs: int, people: int) -> None:
     print(f"  {'exponential mechanism (pure ε)':32} {err:8.4f} s")
 
 
+# The peer: Google's differential-privacy library through PyDP
+# (``pydp.algorithms.laplacian.Median``, a bounded quantile tree, pure ε). It runs in a child of ``--pydp-python`` (PyDP pins its own
+# dependencies) on the very same data: N(0, 1) draws from numpy's Generator seeded by the run index.
+# Its noise comes from its own sampler, so its figure is reproducible only in distribution.
+_PYDP_CHILD = """
+import sys
+import numpy as np
+from pydp.algorithms.laplacian import Median
+runs = int(sys.argv[1])
+errors = []
+for i in range(runs):
+    x = np.random.default_rng(i).normal(size=1001)
+    m = Median(epsilon=1.0, lower_bound=-10, upper_bound=10, dtype="float")
+    errors.append(abs(m.quick_result(x.tolist()) - float(np.median(x))))
+print(float(np.median(errors)))
+"""
+
+
+def peer_median(python: str, runs: int) -> None:
+    import subprocess  # noqa: PLC0415
+
+    out = subprocess.run(
+        [python, "-c", _PYDP_CHILD, str(runs)], capture_output=True, text=True, check=True
+    )
+    err = float(out.stdout.strip().splitlines()[-1])
+    print(f"  {'PyDP Median (Google DP, pure ε)':32} {err:8.4f} {'—':>11}   (same data, {python})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--people", type=int, default=20_000)
+    parser.add_argument("--pydp-python", help="an interpreter with python-dp: the peer's median")
     args = parser.parse_args()
     part1(args.runs)
+    if args.pydp_python:
+        peer_median(args.pydp_python, args.runs)
     part2(args.runs, args.people)
 
 
