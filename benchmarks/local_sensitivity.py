@@ -132,9 +132,10 @@ def part2(runs: int, people: int) -> None:
 
 
 # The peer: Google's differential-privacy library through PyDP
-# (``pydp.algorithms.laplacian.Median``, a bounded quantile tree, pure ε). It runs in a child of ``--pydp-python`` (PyDP pins its own
-# dependencies) on the very same data: N(0, 1) draws from numpy's Generator seeded by the run index.
-# Its noise comes from its own sampler, so its figure is reproducible only in distribution.
+# (``pydp.algorithms.laplacian.Median``, a bounded quantile tree, pure ε). It runs in a child of
+# ``--pydp-python`` (PyDP pins its own dependencies) on the very same data: N(0, 1) draws from
+# numpy's Generator seeded by the run index. Its noise comes from its own sampler, so its figure
+# is reproducible only in distribution.
 _PYDP_CHILD = """
 import sys
 import numpy as np
