@@ -146,7 +146,7 @@ def build_pipeline(
     out_dir = out_dir or job.output.path
     key_types = dict(schema.keys)
     selected = {  # one selection per group of queries that share it (shared_selection.py)
-        s.name: people | s.name >> PlannedSelection(s, book_share=False) for s in plan.selections
+        s.name: people | s.name >> PlannedSelection(s) for s in plan.selections
     }
     for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
         shared = getattr(planned, "shared_selection", None)

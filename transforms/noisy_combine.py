@@ -87,12 +87,13 @@ class _ReleasePartition:
 
     def __call__(self, key: PartitionKey, stats: PartitionStats) -> Iterator[dict[str, Any]]:
         selection = self._params.selection
+        label = canonical_key_string(key)  # once per partition: every draw's label
         noisy_persons: int | None = None
         if selection is not None and not self._noise:
             if stats.persons < 1:
                 return
         elif selection is not None:
-            rng = self._key.rng(canonical_key_string(key), "select")
+            rng = self._key.rng(label, "select")
             decision = selection.decide(stats.persons, rng)
             if isinstance(decision, Decision):
                 if not decision.keep:
@@ -100,12 +101,12 @@ class _ReleasePartition:
                 noisy_persons = decision.noisy_count
             elif not decision:
                 return
-        yield self._row(key, stats, noisy_persons)
+        yield self._row(key, label, stats, noisy_persons)
 
     def _row(
-        self, key: PartitionKey, stats: PartitionStats, noisy_persons: int | None
+        self, key: PartitionKey, label: str, stats: PartitionStats, noisy_persons: int | None
     ) -> dict[str, Any]:
-        value, std = self._value(canonical_key_string(key), stats, noisy_persons)
+        value, std = self._value(label, stats, noisy_persons)
         row: dict[str, Any] = dict(zip(self._params.bounding.by, key, strict=True))
         row["value"] = value
         row["stddev"] = std
@@ -160,7 +161,7 @@ class _ReleaseSelected(_ReleasePartition):
         self, key: PartitionKey, kept: tuple[PartitionStats, int | None]
     ) -> Iterator[dict[str, Any]]:
         stats, noisy_persons = kept
-        yield self._row(key, stats, noisy_persons)
+        yield self._row(key, canonical_key_string(key), stats, noisy_persons)
 
 
 def _join_public(

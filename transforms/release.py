@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .keys import ReleaseKeys, read_key_file
 from .mechanisms.accounting import ZCDP, ApproxDP, PureDP, compose
@@ -87,13 +87,13 @@ class Budget:
 
 @dataclass
 class _Registered:
-    plan: KindPlan | SelectionPlan
+    plan: KindPlan
     selection_delta: Fraction  # under a zCDP total: the δ this query's selection spends
 
 
 @dataclass
 class _State:
-    queries: dict[str, _Registered] = field(default_factory=dict)  # every share booked
+    queries: dict[str, _Registered] = field(default_factory=dict)  # every booked share
     selections: dict[str, SelectionPlan] = field(default_factory=dict)  # shared selections
     pipeline: beam.Pipeline | None = None
 
@@ -183,9 +183,7 @@ class Release:
                 "transform its own name, e.g. 'visits_by_day' >> Count(...)"
             )
 
-    def _register(
-        self, name: str, plan: KindPlan | SelectionPlan, selection_delta: Fraction
-    ) -> None:
+    def _register(self, name: str, plan: KindPlan, selection_delta: Fraction) -> None:
         """Books ``plan.share``; raises before anything is built if the shares exceed the total."""
         self._check_name(name)
         total = self.budget.guarantee()
@@ -208,16 +206,14 @@ class Release:
                 )
         self._state.queries[name] = _Registered(plan, selection_delta)
 
-    def _register_selection(self, plan: SelectionPlan, *, book_share: bool) -> None:
-        """A shared selection: lists it for the manifest; books a share only if it has its own
-        (a group's is paid from its members' shares). One per name (its noise stream)."""
+    def _register_selection(self, plan: SelectionPlan) -> None:
+        """A shared selection, listed for the manifest; its share is paid from its members'
+        (already booked). One per name: the name labels its noise stream."""
         if plan.name in self._state.selections:
             raise ReleaseError(
                 f"{plan.name} is already selected in this release: one Aggregate per `by` and L "
                 "(put all its metrics in one Aggregate)"
             )
-        if book_share:
-            self._register(plan.name, plan, plan.selection_delta)
         self._state.selections[plan.name] = plan
 
     def _query_keys(self) -> ReleaseKeys:
@@ -240,11 +236,7 @@ class Release:
         regs = list(self._state.queries.values())
         selections = self._state.selections
         plan = ReleasePlan(
-            tuple(
-                cast("KindPlan", r.plan)
-                for n, r in self._state.queries.items()
-                if n not in selections
-            ),
+            tuple(r.plan for r in regs),
             total,
             compose(*(r.plan.share for r in regs)) if regs else _nothing(total),
             Fraction(self.budget.config.delta or 0) if isinstance(total, ZCDP) else Fraction(0),

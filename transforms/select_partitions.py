@@ -60,15 +60,12 @@ class _Decide:
 
 
 class PlannedSelection(beam.PTransform[Any, Any]):
-    """A planned selection on a release's persons → its kept keys (module docstring).
+    """A planned selection on a release's persons → its kept keys (module docstring). It books
+    no share: a group's selection is paid from its members' shares, which they book."""
 
-    ``book_share``: whether the selection books a share of its own with the release; a group's
-    selection does not (its members' shares already hold it).
-    """
-
-    def __init__(self, plan: SelectionPlan, *, book_share: bool) -> None:
+    def __init__(self, plan: SelectionPlan) -> None:
         super().__init__()
-        self._plan, self._book = plan, book_share
+        self._plan = plan
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         plan = self._plan
@@ -81,7 +78,7 @@ class PlannedSelection(beam.PTransform[Any, Any]):
                 "as keys: declare them in release.ByPerson(..., keys=...)"
             )
         release._bind(rows.pipeline)
-        release._register_selection(plan, book_share=self._book)
+        release._register_selection(plan)
         keys = release._query_keys()
         counting = BoundingParams(plan.by, None, 0.0, 0.0, plan.max_partitions_per_person, 1)
         decide = _Decide(plan.rule, keys.for_query(plan.name), release._noise, plan.releases_count)
@@ -161,7 +158,7 @@ class Aggregate(beam.PTransform[Any, Any]):
         for q in queries:
             shared = groups.get(q.name)
             if shared is not None and shared.name not in kept:
-                kept[shared.name] = rows | shared.name >> PlannedSelection(shared, book_share=False)
+                kept[shared.name] = rows | shared.name >> PlannedSelection(shared)
             plan = plan_member(
                 q, people, labels[q.name], shares[q.name], deltas[q.name], shared=shared
             )
