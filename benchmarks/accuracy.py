@@ -22,8 +22,11 @@ PipelineDP runs in a child process of ``--pipelinedp-python`` (it pins its own d
 ``python -m venv /tmp/venv-pipelinedp && /tmp/venv-pipelinedp/bin/pip install pipeline-dp==0.3.1
 apache-beam pyarrow``); without one, only userdp's rows are printed.
 
+``--auto-bound`` prints instead the table of ``bound = "auto"`` beside the best clamp in hindsight
+and the shifted inverse total (``benchmarks/auto_bound.py``, 100,000 persons, 200 runs).
+
 Usage: python benchmarks/accuracy.py [--family within-bounds|browsing] [--people 5000] [--runs 10]
-                                    [--pipelinedp-python PATH]
+                                    [--pipelinedp-python PATH] [--auto-bound]
 """
 
 from __future__ import annotations
@@ -253,7 +256,13 @@ def main() -> None:
     ap.add_argument("--only", choices=["pipelinedp"])
     ap.add_argument("--data-file")
     ap.add_argument("--result")
+    ap.add_argument("--auto-bound", action="store_true", help="the auto bound's table instead")
     args = ap.parse_args()
+    if args.auto_bound:
+        from auto_bound import report  # noqa: PLC0415 (benchmarks/ is sys.path[0])
+
+        report(people=100_000, runs=200)
+        return
     if args.only == "pipelinedp":  # the child
         Path(args.result).write_text(json.dumps(run_pipelinedp(args.data_file, args.runs)))
         return
