@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .compression import CODECS, STREAM_FORMATS, format_suffix
 from .config_fields import (
     MISSING,
     ConfigError,
@@ -154,7 +155,7 @@ def parse_job(
     in_path = v.string(inp, "input.path")
     fmt = v.choice(inp, "input.format", (*INPUT_FORMATS, "json"), default=None)
     if fmt is None:
-        fmt = _EXTENSIONS.get(Path(in_path.rstrip("/")).suffix.lower())
+        fmt = _EXTENSIONS.get(format_suffix(in_path))  # logs.csv.gz: csv
         if fmt is None:
             v.fail(
                 "input.format",
@@ -166,14 +167,21 @@ def parse_job(
     person = v.string(inp, "input.person")
     columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
     dead = v.string(inp, "input.dead_letter", required=False)
+    compression = v.choice(inp, "input.compression", tuple(CODECS), default=None)
+    fmt = "jsonl" if fmt == "json" else fmt
+    if compression not in (None, "auto", "none") and fmt not in STREAM_FORMATS:
+        v.fail(
+            "input.compression",
+            compression,
+            f"a codec of csv or jsonl files ({fmt} compresses inside the file)",
+            'remove the key or give "none"',
+        )
     name = v.choice(runner_raw, "runner.name", RUNNER_NAMES, default="direct")
     options = runner_raw.get("options", {})
     if not isinstance(options, Mapping):
         v.fail("runner.options", options, *_OPTIONS)
     written = JobConfig(
-        input=InputConfig(
-            in_path, "jsonl" if fmt == "json" else fmt, person, person_type, dead, columns
-        ),
+        input=InputConfig(in_path, fmt, person, person_type, dead, columns, compression),
         budget=budget,
         runner=RunnerConfig(name, MappingProxyType(dict(options))),
         output=OutputConfig(
@@ -285,7 +293,9 @@ def _canonical_hash(cfg: JobConfig) -> str:
         if hasattr(x, "__dataclass_fields__"):
             # the secret file's content is in the ledger's fingerprint (a key check value), not
             # its location: moving the file changes no released value
-            skip = ("config_hash", "source", "runner", "ledger", "release")
+            # nor the input's codec: the files' bytes are in the ledger's fingerprint, and a
+            # codec that reads the same rows from them gives the same release
+            skip = ("config_hash", "source", "runner", "ledger", "release", "compression")
             return {k: enc(v) for k, v in _fields(x).items() if k not in skip}
         if isinstance(x, Fraction):
             return {"fraction": str(x)}

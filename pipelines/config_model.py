@@ -23,6 +23,8 @@ class InputConfig:
     # declared column types (string | int | float | bool): the types of CSV/JSONL columns, which
     # carry none, and a check of Parquet/Avro schemas — never inferred from values (issue 12)
     columns: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # the codec of every input file (pipelines/compression.py); None: from each file's extension
+    compression: str | None = None
 
     def declared_types(self) -> dict[str, str]:
         """``columns`` with the person column's type from ``person_type`` when it is given."""

@@ -18,10 +18,9 @@ it, that person would change what every reader sees (issue 12). So:
 - A declared type that contradicts a Parquet/Avro schema is an error; for the person column the
   declared type only says how text ids are canonicalised (``int``: "01" and "1" are one person).
 
-**Which files.** Local paths and globs are listed with :mod:`glob` relative to the job file (the
-config resolves them); every match must be a readable regular file — a directory, FIFO, socket or
-dangling symbolic link is refused by name (a FIFO would block the read forever, and skipping it
-silently would drop its rows). Paths with a scheme (``gs://`` …) go through Beam's ``FileSystems``.
+**Which files**: :mod:`.input_listing` (every match a readable regular file). **Compressed
+files**: :mod:`.compression` (CSV and JSONL only; the codec from ``[input] compression`` or each
+file's extension).
 
 Column types are compared by family (integer, float, string, bool): ``int32`` in one file and
 ``int64`` in another is fine; ``int64`` and ``string`` is a mixed-schema error.
@@ -30,10 +29,7 @@ Column types are compared by family (integer, float, string, bool): ``int32`` in
 from __future__ import annotations
 
 import csv
-import glob
 import io
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +38,9 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+
+from .compression import CODEC_ERRORS, codec_of, open_input, refusal
+from .input_listing import SchemaError, list_input_files
 
 FORMATS: tuple[str, ...] = ("parquet", "avro", "csv", "jsonl")
 KINDS: tuple[str, ...] = ("person", "key", "number")
@@ -81,16 +80,13 @@ _ARROW_FAMILY = (
 )
 
 
-class SchemaError(ValueError):
-    """An input file that does not fit the job: names file, column, found type, allowed."""
-
-
 @dataclass(frozen=True)
 class InputSchema:
     """What ``inspect_inputs`` found: the files and the canonical Arrow type of every column.
 
     ``row_groups``: for Parquet, the number of row groups of each file (public footer metadata),
-    so the read can be split by row group; empty for other formats.
+    so the read can be split by row group; empty for other formats. ``compression``: the job's
+    ``[input] compression`` (:mod:`.compression`; ``"auto"``: from each file's extension).
     """
 
     fmt: str
@@ -100,6 +96,7 @@ class InputSchema:
     keys: tuple[tuple[str, pa.DataType], ...]
     numbers: tuple[str, ...]
     row_groups: tuple[int, ...] = field(default=())
+    compression: str = "auto"
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -135,66 +132,17 @@ def avro_families(avro_type: Any) -> tuple[str, ...]:
     return () if family == "null" else (family,)
 
 
-# --- listing ----------------------------------------------------------------------------------
-
-
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def _local_files(pattern: str) -> list[str]:
-    """Every entry the glob names, each checked to be a readable regular file."""
-    pattern = pattern.removeprefix("file://")
-    names = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
-    out = []
-    for name in names:
-        if not os.path.lexists(name):
-            continue  # a plain path that does not exist: "matched no files" below
-        try:
-            mode = os.stat(name).st_mode  # follows symbolic links
-        except FileNotFoundError:
-            raise SchemaError(
-                f"input file {name}: a symbolic link to a missing file; allowed: readable "
-                "regular files — remove the link or narrow input.path"
-            ) from None
-        except OSError as e:
-            raise SchemaError(f"input file {name}: cannot be examined ({e.strerror})") from None
-        if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket "
-            what += "" if stat.S_ISDIR(mode) else "or device)"
-            raise SchemaError(
-                f"input file {name}: {what}; allowed: regular files — narrow input.path so "
-                "that it matches only the data files"
-            )
-        if not os.access(name, os.R_OK):
-            raise SchemaError(f"input file {name}: not readable by this user (permissions)")
-        out.append(os.path.abspath(name))
-    return out
-
-
-def list_input_files(path_glob: str) -> tuple[str, ...]:
-    """The sorted files of ``input.path``; :class:`SchemaError` if none, or one is not a file."""
-    if _is_local(path_glob):
-        files = _local_files(path_glob)
-    else:
-        matches = FileSystems.match([path_glob])
-        files = [m.path for r in matches for m in r.metadata_list]
-    if not files:
-        raise SchemaError(f"input path {path_glob!r} matched no files")
-    return tuple(sorted(set(files)))
-
-
 # --- per-file schema --------------------------------------------------------------------------
 
 
-def csv_header(path: str) -> list[str] | None:
+def csv_header(path: str, compression: str = "auto") -> list[str] | None:
     """The column names of a CSV file (its first record), or None for a file with no bytes.
 
     Only the header is read: it is metadata of the file, not a data row. A UTF-8 byte-order mark
     is dropped. Raises :class:`SchemaError` for a header that is not UTF-8 or longer than
     ``HEADER_BYTES``.
     """
-    with FileSystems.open(path) as f:
+    with open_input(path, compression) as f:
         head = f.read(HEADER_BYTES + 1)
     if not head:
         return None
@@ -223,7 +171,9 @@ def _duplicated(names: list[str], wanted: list[str], path: str) -> None:
             )
 
 
-def _metadata_families(path: str, fmt: str, names: list[str]) -> dict[str, str] | None:
+def _metadata_families(
+    path: str, fmt: str, names: list[str], compression: str
+) -> dict[str, str] | None:
     """Family of each requested column in a Parquet/Avro file's schema; CSV: the header's names
     as "declared" (types come from the job file); JSONL: None (no metadata)."""
     if fmt == "parquet":
@@ -239,7 +189,7 @@ def _metadata_families(path: str, fmt: str, names: list[str]) -> dict[str, str] 
         found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
         return {n: (found[n][0] if found[n] else "null") for n in names if n in found}
     if fmt == "csv":
-        header = csv_header(path)
+        header = csv_header(path, compression)
         if header is None:
             return None  # a file with no bytes has no rows
         _duplicated(header, names, path)
@@ -287,10 +237,15 @@ def _check_arguments(columns: Mapping[str, str], declared: Mapping[str, str], fm
     return persons[0]
 
 
-def _read_file_metadata(path: str, fmt: str, names: list[str]) -> tuple[dict[str, str] | None, int]:
+def _read_file_metadata(
+    path: str, fmt: str, names: list[str], compression: str
+) -> tuple[dict[str, str] | None, int]:
     """(column families from the file's metadata, Parquet row groups); SchemaError if unreadable."""
+    refused = refusal(path, fmt, compression)
+    if refused is not None:
+        raise SchemaError(f"input file {path}: {refused}")
     try:
-        families = _metadata_families(path, fmt, names)
+        families = _metadata_families(path, fmt, names, compression)
         groups = 0
         if fmt == "parquet":
             with FileSystems.open(path) as f:
@@ -298,12 +253,26 @@ def _read_file_metadata(path: str, fmt: str, names: list[str]) -> tuple[dict[str
     except SchemaError:
         raise
     except (pa.ArrowException, ValueError, EOFError, OSError, KeyError, TypeError) as e:
-        # The reader's own message may quote data: only its type is shown.
-        raise SchemaError(
-            f"input file {path}: cannot be read as {fmt} ({type(e).__name__}); "
-            f"allowed: a readable {fmt} file with the columns {', '.join(names)}"
-        ) from None
+        raise _unreadable(path, fmt, names, compression, e) from None
+    except CODEC_ERRORS as e:
+        raise _unreadable(path, fmt, names, compression, e) from None
     return families, groups
+
+
+def _unreadable(
+    path: str, fmt: str, names: list[str], compression: str, e: BaseException
+) -> SchemaError:
+    # The reader's own message may quote data: only its type is shown.
+    codec = codec_of(path, compression)
+    kind = type(e).__name__
+    if type(e).__module__ not in ("builtins", "pyarrow.lib"):
+        kind = f"{type(e).__module__}.{kind}"  # zlib.error, not "error"
+    return SchemaError(
+        f"input file {path}: cannot be read as {fmt}"
+        + ("" if codec == "none" else f" compressed with {codec}")
+        + f" ({kind}); allowed: a readable {fmt} file with the columns "
+        + ", ".join(names)
+    )
 
 
 class _Families:
@@ -360,6 +329,7 @@ def inspect_inputs(
     fmt: str,
     columns: Mapping[str, str],
     declared: Mapping[str, str] | None = None,
+    compression: str = "auto",
 ) -> InputSchema:
     """Check every file of ``path_glob`` against ``columns`` (name → kind); no data row is read.
 
@@ -369,7 +339,8 @@ def inspect_inputs(
     are the types of CSV/JSONL columns and must agree with Parquet/Avro schemas. Raises
     :class:`SchemaError` for no matching file, a file that is not a readable regular file, a
     missing or duplicated column, a disallowed type or one column with different type families in
-    different files.
+    different files. ``compression``: ``[input] compression`` (:mod:`.compression`); a whole-file
+    codec on a Parquet or Avro file is refused.
     """
     declared = dict(declared or {})
     person = _check_arguments(columns, declared, fmt)
@@ -377,7 +348,7 @@ def inspect_inputs(
     families = _Families(columns, declared)
     row_groups: list[int] = []
     for path in files:
-        found, groups = _read_file_metadata(path, fmt, list(columns))
+        found, groups = _read_file_metadata(path, fmt, list(columns), compression)
         row_groups.append(groups)
         if found is not None:  # None: JSONL, or an empty CSV file — nothing to check
             families.add(path, found)
@@ -390,4 +361,5 @@ def inspect_inputs(
         keys=tuple((c, _CANONICAL[family_of[c]]) for c, k in columns.items() if k == "key"),
         numbers=tuple(c for c, k in columns.items() if k == "number"),
         row_groups=tuple(row_groups) if fmt == "parquet" else (),
+        compression=compression,
     )

@@ -117,7 +117,11 @@ def _check(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
         },
     )
     schema = inspect_inputs(
-        job.input.path, job.input.format, required_columns(job), job.input.declared_types()
+        job.input.path,
+        job.input.format,
+        required_columns(job),
+        job.input.declared_types(),
+        job.input.compression or "auto",
     )
     plan = plan_release(job)  # imports user functions: a missing one is a ConfigError here
     check_public_keys(job, schema)

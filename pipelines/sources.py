@@ -41,15 +41,16 @@ from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.validate import FILE_METADATA_KEY, REJECT_COLUMN
 
+from .compression import open_input
 from .input_files import (
     FORMATS,
     InputSchema,
-    SchemaError,
     arrow_family,
     avro_families,
     csv_header,
     inspect_inputs,
 )
+from .input_listing import SchemaError
 from .text_records import ESCAPE, CsvLines, JsonLines, escape_utf8, line_chunks, unescape_utf8
 
 __all__ = [
@@ -237,7 +238,7 @@ class _ReadFile(beam.DoFn):
     def process(self, path: str) -> Iterator[pa.Table]:
         reader = {"avro": self._avro, "csv": self._csv, "jsonl": self._jsonl}[self._schema.fmt]
         try:
-            with FileSystems.open(path) as f:
+            with open_input(path, self._schema.compression) as f:
                 for table in reader(f, path):
                     if table.num_rows:
                         yield _with_file(table, path)
@@ -248,7 +249,7 @@ class _ReadFile(beam.DoFn):
 
     def _csv(self, f: Any, path: str) -> Iterator[pa.Table]:
         names = list(self._schema.columns)
-        header = csv_header(path)
+        header = csv_header(path, self._schema.compression)
         if header is None:
             return  # a file with no bytes has no rows
         positions = [header.index(n) for n in names]

@@ -1,0 +1,164 @@
+"""Compressed CSV and JSONL inputs: which codec a file is read with, and opening it.
+
+``[input] compression`` names the codec of every input file, or ``"auto"`` (the default): each
+file's codec follows its extension, as Beam's ``CompressionTypes.AUTO`` does — ``.gz`` gzip,
+``.bz2`` bzip2, ``.zst``/``.zstd`` Zstandard, ``.deflate`` raw deflate, ``.xz``/``.lzma`` LZMA,
+anything else uncompressed. Each file is read through Beam's ``FileSystems`` (any filesystem) and
+decompressed as a stream on the worker that reads it (one file, one worker: a compressed file
+cannot be split).
+
+**A truncated archive is an error, not a short file.** Beam's own decompressing reader stops
+quietly where a cut-off file ends, dropping every row after the cut; :class:`Decompressed` checks
+that the last stream (gzip member, bzip2 stream, xz stream, zstd frame) reached its end marker and
+raises ``EOFError`` otherwise, so the run fails by the file's name and publishes nothing.
+Concatenated streams (``cat a.gz b.gz``) read as the concatenation, as ``gzip -d`` does.
+
+Parquet and Avro compress inside the file (per column chunk, per block) and need random access,
+so a whole-file codec is refused for them, by name, before anything is charged.
+
+The codec is a fact of the files, like their names: it never depends on a value in them.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import lzma
+import zlib
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import IO, Any
+
+import zstandard
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+# [input] compression → Beam's compression type
+CODECS: dict[str, str] = {
+    "auto": CompressionTypes.AUTO,
+    "none": CompressionTypes.UNCOMPRESSED,
+    "gzip": CompressionTypes.GZIP,
+    "bzip2": CompressionTypes.BZIP2,
+    "zstd": CompressionTypes.ZSTD,
+    "deflate": CompressionTypes.DEFLATE,
+    "xz": CompressionTypes.LZMA,
+}
+# the extensions AUTO recognises (Beam's CompressionTypes.detect_compression_type)
+SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
+STREAM_FORMATS = ("csv", "jsonl")  # formats that may be compressed as a whole file
+# what a decoder raises on bytes that are not its codec's (bzip2 raises OSError)
+CODEC_ERRORS: tuple[type[Exception], ...] = (zlib.error, lzma.LZMAError, zstandard.ZstdError)
+
+
+def compressed_suffix(path: str) -> str | None:
+    """The compression extension ``path`` ends with (lower case), or None."""
+    suffix = PurePosixPath(path.rstrip("/")).suffix.lower()
+    return suffix if suffix in SUFFIXES else None
+
+
+def format_suffix(path: str) -> str:
+    """The extension that names the format, past a compression extension: ``.csv`` for
+    ``logs.csv.gz`` and for ``logs.csv``."""
+    p = PurePosixPath(path.rstrip("/"))
+    if compressed_suffix(str(p)) is not None:
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
+def codec_of(path: str, compression: str) -> str:
+    """The codec ``path`` is read with under ``[input] compression``: ``"none"`` or a codec name."""
+    if compression != "auto":
+        return compression
+    suffix = compressed_suffix(path)
+    if suffix is None:
+        return "none"
+    detected = CompressionTypes.detect_compression_type(path)
+    return next(name for name, beam_type in CODECS.items() if beam_type == detected)
+
+
+def refusal(path: str, fmt: str, compression: str) -> str | None:
+    """Why ``path`` cannot be read as ``fmt`` under ``compression``, or None when it can."""
+    codec = codec_of(path, compression)
+    if fmt in STREAM_FORMATS or codec == "none":
+        return None
+    return (
+        f"a {fmt} file cannot be read through a whole-file codec ({codec}): {fmt} compresses "
+        f'inside the file; allowed: compression = "none" or "auto" with an uncompressed '
+        f"{fmt} file (only csv and jsonl may be compressed as a whole)"
+    )
+
+
+# codec → a fresh decompressor of one stream (``decompress``, ``eof``, ``unused_data``)
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(wbits=31),  # 16 + 15: a gzip header and trailer
+    "deflate": lambda: zlib.decompressobj(wbits=-15),  # raw deflate, as Beam writes it
+    "bzip2": bz2.BZ2Decompressor,
+    "xz": lzma.LZMADecompressor,  # .xz and legacy .lzma containers (FORMAT_AUTO)
+    "zstd": lambda: zstandard.ZstdDecompressor().decompressobj(),
+}
+READ_BYTES = 1 << 16  # compressed bytes fed to the decompressor at a time
+
+
+class Decompressed(io.RawIOBase):
+    """A compressed byte stream, read decompressed; ``EOFError`` if it ends inside a stream.
+
+    Output is produced as the reader asks for it; memory holds one fed block's output (logs
+    compress 5–20×; the files are the operator's own, not a person's input).
+    """
+
+    def __init__(self, raw: IO[bytes], codec: str) -> None:
+        super().__init__()
+        self._raw, self._new = raw, _DECOMPRESSORS[codec]
+        self._d = self._new()
+        self._pending = b""
+        self._started = False  # the current decompressor has been fed bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            if not self._fill():
+                return 0
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _fill(self) -> bool:
+        """Decompress more into ``_pending``; False at the end of the input."""
+        if self._d.eof:  # one stream ended: what follows is the next stream, or nothing
+            rest = self._d.unused_data
+            self._d, self._started = self._new(), False
+            if rest:
+                self._feed(rest)
+                return True
+        block = self._raw.read(READ_BYTES)
+        if not block:
+            if self._started and not self._d.eof:
+                raise EOFError("the compressed file ends inside a stream (truncated)")
+            return False
+        self._feed(block)
+        return True
+
+    def _feed(self, block: bytes) -> None:
+        self._started = True
+        self._pending += self._d.decompress(block)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_input(path: str, compression: str = "auto") -> IO[bytes]:
+    """``path`` opened for reading, decompressed as ``[input] compression`` (or, for ``"auto"``,
+    its extension) says."""
+    if compression not in CODECS:
+        raise ValueError(
+            f"compression {compression!r} is not supported; allowed: {', '.join(CODECS)}"
+        )
+    raw: IO[bytes] = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    codec = codec_of(path, compression)
+    if codec == "none":
+        return raw
+    return io.BufferedReader(Decompressed(raw, codec), buffer_size=READ_BYTES)

@@ -1,0 +1,65 @@
+"""The input files of ``input.path``: listed and checked before anything is planned or charged.
+
+Local paths and globs are listed with :mod:`glob` (the config resolved them against the job file);
+every match must be a readable regular file — a directory, FIFO, socket or dangling symbolic link
+is refused by name (a FIFO would block the read forever, and skipping it silently would drop its
+rows). Paths with a scheme (``gs://`` …) go through Beam's ``FileSystems``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+
+from apache_beam.io.filesystems import FileSystems
+
+
+class SchemaError(ValueError):
+    """An input file that does not fit the job: names file, column, found type, allowed."""
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local_files(pattern: str) -> list[str]:
+    """Every entry the glob names, each checked to be a readable regular file."""
+    pattern = pattern.removeprefix("file://")
+    names = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
+    out = []
+    for name in names:
+        if not os.path.lexists(name):
+            continue  # a plain path that does not exist: "matched no files" below
+        try:
+            mode = os.stat(name).st_mode  # follows symbolic links
+        except FileNotFoundError:
+            raise SchemaError(
+                f"input file {name}: a symbolic link to a missing file; allowed: readable "
+                "regular files — remove the link or narrow input.path"
+            ) from None
+        except OSError as e:
+            raise SchemaError(f"input file {name}: cannot be examined ({e.strerror})") from None
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket "
+            what += "" if stat.S_ISDIR(mode) else "or device)"
+            raise SchemaError(
+                f"input file {name}: {what}; allowed: regular files — narrow input.path so "
+                "that it matches only the data files"
+            )
+        if not os.access(name, os.R_OK):
+            raise SchemaError(f"input file {name}: not readable by this user (permissions)")
+        out.append(os.path.abspath(name))
+    return out
+
+
+def list_input_files(path_glob: str) -> tuple[str, ...]:
+    """The sorted files of ``input.path``; :class:`SchemaError` if none, or one is not a file."""
+    if _is_local(path_glob):
+        files = _local_files(path_glob)
+    else:
+        matches = FileSystems.match([path_glob])
+        files = [m.path for r in matches for m in r.metadata_list]
+    if not files:
+        raise SchemaError(f"input path {path_glob!r} matched no files")
+    return tuple(sorted(set(files)))

@@ -1,0 +1,82 @@
+"""pipelines/compression.py: codecs from names, streaming decompression, truncation caught."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from userdp.pipelines.compression import codec_of, format_suffix, open_input
+
+
+def _deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+COMPRESS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
+    "gzip": (".gz", gzip.compress),
+    "bzip2": (".bz2", bz2.compress),
+    "xz": (".xz", lzma.compress),
+    "zstd": (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+    "deflate": (".deflate", _deflate),
+}
+DATA = b"".join(b'{"person_id": %d, "domain": "d%d"}\n' % (i, i % 97) for i in range(50_000))
+
+
+def read_all(path: Path, compression: str = "auto") -> bytes:
+    with open_input(str(path), compression) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("codec", COMPRESS)
+def test_each_codec_reads_back_the_bytes_by_name_and_by_key(tmp_path: Path, codec: str) -> None:
+    suffix, compress = COMPRESS[codec]
+    named = tmp_path / f"logs.jsonl{suffix}"
+    named.write_bytes(compress(DATA))
+    assert codec_of(str(named), "auto") == codec
+    assert read_all(named) == DATA
+    unnamed = tmp_path / "logs.data"
+    unnamed.write_bytes(compress(DATA))
+    assert read_all(unnamed, codec) == DATA
+    assert read_all(unnamed, "auto") == compress(DATA)  # no extension: read as it is
+
+
+@pytest.mark.parametrize("codec", COMPRESS)
+def test_a_truncated_file_raises_instead_of_ending_early(tmp_path: Path, codec: str) -> None:
+    suffix, compress = COMPRESS[codec]
+    whole = compress(DATA)
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    with pytest.raises(EOFError, match="ends inside a stream"):
+        read_all(path)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bzip2", "xz", "zstd"])
+def test_concatenated_streams_read_as_their_concatenation(tmp_path: Path, codec: str) -> None:
+    suffix, compress = COMPRESS[codec]
+    path = tmp_path / f"two{suffix}"
+    path.write_bytes(compress(DATA[:1000]) + compress(DATA[1000:]))
+    assert read_all(path) == DATA
+
+
+def test_an_empty_compressed_file_has_no_bytes(tmp_path: Path) -> None:
+    (tmp_path / "empty.csv.gz").write_bytes(b"")
+    assert read_all(tmp_path / "empty.csv.gz") == b""
+
+
+def test_format_and_codec_from_names() -> None:
+    assert format_suffix("data/logs.csv.gz") == ".csv"
+    assert format_suffix("data/LOGS.JSONL.ZST") == ".jsonl"
+    assert format_suffix("data/logs.parquet") == ".parquet"
+    assert codec_of("x.CSV.BZ2", "auto") == "bzip2"
+    assert codec_of("x.csv", "auto") == "none"
+    assert codec_of("x.csv", "gzip") == "gzip"
+    with pytest.raises(ValueError, match="compression 'rar' is not supported; allowed: auto"):
+        open_input("x.csv", "rar")
