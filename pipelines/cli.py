@@ -218,6 +218,23 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("release", metavar="DIR", help="a release directory (output.path)")
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .verify import verify_release  # noqa: PLC0415 (Beam loads slowly)
+
+    problems = verify_release(args.release)
+    for problem in problems:
+        print(f"userdp verify: {problem}", file=sys.stderr)
+    if problems:
+        print(f"{args.release}: NOT a complete release", file=sys.stderr)
+        return 1
+    print(f"{args.release}: complete (every file the manifest lists matches its SHA-256)")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "plan": Command(
         "validate a job file and print its budget split and noise, without reading data",
@@ -225,6 +242,11 @@ COMMANDS: dict[str, Command] = {
         _plan,
     ),
     "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
+    "verify": Command(
+        "check that a release directory is complete: its manifest and every file it lists",
+        _verify_args,
+        _verify,
+    ),
     "generate": Command("write a synthetic browsing log", _generate_args, _generate),
     "ledger": Command(LEDGER_HELP, add_ledger_arguments, run_ledger),
     "keygen": Command(

@@ -46,6 +46,7 @@ from .config_model import (
 from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, kind_for
 from .kinds.base import QuerySection
+from .output_layout import MAX_OUTPUT_SHARDS
 
 __all__ = [
     "QUERY_KEYS",
@@ -187,6 +188,7 @@ def parse_job(
         output=OutputConfig(
             path=v.string(out_raw, "output.path"),
             format=v.choice(out_raw, "output.format", OUTPUT_FORMATS, default="parquet"),
+            shards=_output_shards(v, out_raw),
         ),
         queries=queries,
         config_hash="",
@@ -198,7 +200,9 @@ def parse_job(
     resolved_input = InputConfig(**{**_fields(resolved_input), "dead_letter": dead_path})
     ledger = _parse_ledger(v, raw) if "ledger" in raw else None
     release = _parse_release(v, raw)
-    output = OutputConfig(v.resolve(written.output.path), written.output.format)
+    output = OutputConfig(
+        v.resolve(written.output.path), written.output.format, written.output.shards
+    )
     check_private_paths(
         output.path,
         {
@@ -288,6 +292,18 @@ def _fields(obj: Any) -> dict[str, Any]:
     return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
 
 
+_HASHED_WHEN_SET = ("shards",)
+
+
+def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
+    if "shards" not in out_raw:
+        return None
+    shards = v.integer(out_raw, "output.shards", required=True, default=1)
+    if shards > MAX_OUTPUT_SHARDS:
+        v.fail("output.shards", shards, f"an integer in [1, {MAX_OUTPUT_SHARDS}]", "")
+    return shards
+
+
 def _canonical_hash(cfg: JobConfig) -> str:
     def enc(x: Any) -> Any:
         if hasattr(x, "__dataclass_fields__"):
@@ -296,7 +312,12 @@ def _canonical_hash(cfg: JobConfig) -> str:
             # nor the input's codec: the files' bytes are in the ledger's fingerprint, and a
             # codec that reads the same rows from them gives the same release
             skip = ("config_hash", "source", "runner", "ledger", "release", "compression")
-            return {k: enc(v) for k, v in _fields(x).items() if k not in skip}
+            return {
+                k: enc(v)
+                for k, v in _fields(x).items()
+                # a key added later hashes only when set, so older job files keep their hash
+                if k not in skip and not (k in _HASHED_WHEN_SET and v is None)
+            }
         if isinstance(x, Fraction):
             return {"fraction": str(x)}
         if isinstance(x, Mapping):

@@ -62,6 +62,8 @@ class RunnerConfig:
 class OutputConfig:
     path: str
     format: str = "parquet"
+    # files per partitioned query's output (pipelines/output_layout.py); None: from the input size
+    shards: int | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
-from .input_listing import SchemaError, list_input_files
+from .input_listing import SchemaError, file_sizes, list_input_files
 
 FORMATS: tuple[str, ...] = ("parquet", "avro", "csv", "jsonl")
 KINDS: tuple[str, ...] = ("person", "key", "number")
@@ -97,6 +97,12 @@ class InputSchema:
     numbers: tuple[str, ...]
     row_groups: tuple[int, ...] = field(default=())
     compression: str = "auto"
+    sizes: tuple[int, ...] = field(default=())  # bytes of each file (public metadata)
+
+    @property
+    def total_bytes(self) -> int:
+        """The input's size on disk (compressed files count as stored): it sizes shards."""
+        return sum(self.sizes)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -362,4 +368,5 @@ def inspect_inputs(
         numbers=tuple(c for c, k in columns.items() if k == "number"),
         row_groups=tuple(row_groups) if fmt == "parquet" else (),
         compression=compression,
+        sizes=file_sizes(files),
     )

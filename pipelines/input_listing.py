@@ -63,3 +63,14 @@ def list_input_files(path_glob: str) -> tuple[str, ...]:
     if not files:
         raise SchemaError(f"input path {path_glob!r} matched no files")
     return tuple(sorted(set(files)))
+
+
+def file_sizes(files: tuple[str, ...]) -> tuple[int, ...]:
+    """The size in bytes of each file (public file metadata: it sizes shards, never a value)."""
+    out = []
+    for path in files:
+        if _is_local(path):
+            out.append(os.path.getsize(path.removeprefix("file://")))
+        else:
+            out.append(FileSystems.match([path])[0].metadata_list[0].size_in_bytes)
+    return tuple(out)

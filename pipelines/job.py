@@ -36,6 +36,7 @@ from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_re
 from . import charging
 from .config import JobConfig
 from .ledger import ReleaseConflictError, Reservation
+from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .public_keys import check_public_keys
 from .publish import (
@@ -163,28 +164,35 @@ def _run_into_staging(
     c: _Checked,
     keys: ReleaseKeys,
     staging: Staging,
-    filenames: Mapping[str, str],
+    layout: Mapping[str, QueryFiles],
     *,
     noise: bool,
     num_shards: int | None,
-) -> dict[str, dict[str, object]]:
+) -> dict[str, list[dict[str, object]]]:
     """Step 3: the pipeline writes every output into ``staging``; their sizes and hashes."""
     with beam.Pipeline(runner=c.runner, options=c.options) as pipeline:
         build_pipeline(
             pipeline, job, c.plan, c.schema, keys,
-            out_dir=staging.path, noise=noise, num_shards=num_shards,
+            out_dir=staging.path, noise=noise, num_shards=num_shards, files=layout,
         )  # fmt: skip
-    return staging.file_facts(filenames)
+    return staging.file_facts(layout)
+
+
+def output_layout(job: JobConfig, schema: InputSchema) -> dict[str, QueryFiles]:
+    """Each query's output files, fixed before the run from the job file and the input's size."""
+    queries = [(q.name, bool(q.by)) for q in job.queries]
+    ext = RELEASE_FORMATS[job.output.format]
+    return query_files(queries, ext, job.output.shards, schema.total_bytes)
 
 
 def _manifest(
     c: _Checked,
-    filenames: Mapping[str, str],
+    layout: Mapping[str, QueryFiles],
     files: Mapping[str, Any],
     reservation: Reservation | None,
 ) -> bytes:
     manifest = c.plan.to_manifest()
-    manifest["outputs"] = dict(filenames)
+    manifest["outputs"] = {name: f.output for name, f in layout.items()}
     manifest["files"] = dict(files)
     if reservation is not None:
         manifest["ledger"] = reservation.to_manifest()
@@ -233,12 +241,10 @@ def run_release(
     except BaseException:
         _refund(job, reservation)
         raise
-    filenames = {q.name: q.name + RELEASE_FORMATS[job.output.format] for q in c.plan.queries}
+    layout = output_layout(job, c.schema)
     rid = reservation.release_id if reservation is not None else None
     try:
-        files = _run_into_staging(
-            job, c, keys, staging, filenames, noise=noise, num_shards=num_shards
-        )
+        files = _run_into_staging(job, c, keys, staging, layout, noise=noise, num_shards=num_shards)
     except BaseException as e:
         staging.discard()
         remove_temporary_folders(job.input.dead_letter)
@@ -246,20 +252,23 @@ def run_release(
         if not isinstance(e, Exception):
             raise  # KeyboardInterrupt and the like: cleaned up, then passed on
         found = input_error_message(e)
+        message = found or f"the pipeline failed ({type(e).__name__}); nothing was published"
+        if isinstance(e, OutputLocationError):  # the run ended without writing an output
+            message = str(e)  # names the query and the file, never a value
         raise ReleaseRunError(
-            found or f"the pipeline failed ({type(e).__name__}); nothing was published",
+            message,
             input_error=found is not None,
             charge=charge,
             release_id=rid,
         ) from e
-    manifest = _manifest(c, filenames, files, reservation)
+    manifest = _manifest(c, layout, files, reservation)
     try:
         _refuse_changed_rerun(job, reservation, manifest)
     except BaseException:
         staging.discard()
         raise
     try:
-        published = staging.publish(filenames, manifest)
+        published = staging.publish(layout, manifest)
     except Exception as e:
         raise ReleaseRunError(
             f"publishing the outputs in {job.output.path} failed ({type(e).__name__}): the "

@@ -5,11 +5,13 @@ The pipeline never writes into the release directory. It writes each query's out
 filesystem, created and probed before the ledger is charged). When the pipeline has finished, the
 launcher
 
-1. checks that every expected output exists and reads its size and SHA-256 (they go into the
-   manifest, so a reader can verify the files it got);
+1. checks that every expected output file exists — the set is fixed before the run
+   (:mod:`.output_layout`: one file per query, or N shards) — and reads its size and SHA-256
+   (they go into the manifest, so a reader can verify the files it got);
 2. removes the previous ``manifest.json`` of the release directory, if any — from here until step 4
    the directory holds no manifest, i.e. no complete release;
-3. moves the staged outputs in (a rename on local filesystems; copy and delete on object stores);
+3. moves the staged outputs in, replacing the previous run's files of each query (a rename on
+   local filesystems; copy and delete on object stores);
 4. writes ``manifest.json`` last, through a temporary name and a rename: a release directory with a
    manifest is complete, and the manifest lists every file of it.
 
@@ -28,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
+
+from .output_layout import QueryFiles
 
 MANIFEST = "manifest.json"
 _PROBE = ".userdp-write-probe"
@@ -131,35 +135,42 @@ class Staging:
         except Exception:
             pass
 
-    def file_facts(self, filenames: Mapping[str, str]) -> dict[str, dict[str, object]]:
-        """Query name → {file, bytes, sha256} of its staged output; OutputLocationError if one is
-        missing or unreadable (the pipeline did not write it)."""
-        facts: dict[str, dict[str, object]] = {}
-        for name, filename in filenames.items():
-            path = self.staged(filename)
-            try:
-                sha256, size = file_sha256(path)
-            except Exception as e:
-                raise OutputLocationError(
-                    f"the output of query {name!r} was not written ({_reason(e)}); nothing was "
-                    "published"
-                ) from None
-            facts[name] = {"file": filename, "bytes": size, "sha256": sha256}
+    def file_facts(self, layout: Mapping[str, QueryFiles]) -> dict[str, list[dict[str, object]]]:
+        """Query name → [{file, bytes, sha256}] of each staged file of its output;
+        OutputLocationError if one is missing or unreadable (the pipeline did not write it)."""
+        facts: dict[str, list[dict[str, object]]] = {}
+        for name, files in layout.items():
+            facts[name] = []
+            for filename in files.files:
+                try:
+                    sha256, size = file_sha256(self.staged(filename))
+                except Exception as e:
+                    raise OutputLocationError(
+                        f"the output of query {name!r} was not written ({filename}: "
+                        f"{_reason(e)}); nothing was published"
+                    ) from None
+                facts[name].append({"file": filename, "bytes": size, "sha256": sha256})
         return facts
 
-    def publish(self, filenames: Mapping[str, str], manifest: bytes) -> dict[str, str]:
-        """Steps 2–4 of the module docstring; returns query name → published path."""
+    def publish(self, layout: Mapping[str, QueryFiles], manifest: bytes) -> dict[str, str]:
+        """Steps 2–4 of the module docstring; returns query name → published path (a file, or
+        the directory of a sharded output)."""
         final = FileSystems.join(self.output, MANIFEST)
         _make_dirs(self.output)
         if FileSystems.exists(final):
             FileSystems.delete([final])
         published = {}
-        for name, filename in filenames.items():
-            target = FileSystems.join(self.output, filename)
-            if FileSystems.exists(target):
-                FileSystems.delete([target])
-            FileSystems.rename([self.staged(filename)], [target])
-            published[name] = target
+        for name, files in layout.items():
+            for old in (files.name + files.extension, files.name):  # either layout, earlier run
+                path = FileSystems.join(self.output, old)
+                if FileSystems.exists(path):
+                    FileSystems.delete([path])
+            if files.sharded:
+                _make_dirs(FileSystems.join(self.output, files.name))
+            for filename in files.files:
+                target = FileSystems.join(self.output, filename)
+                FileSystems.rename([self.staged(filename)], [target])
+            published[name] = FileSystems.join(self.output, files.output)
         temporary = self.staged(MANIFEST)
         with FileSystems.create(temporary) as f:
             f.write(manifest)

@@ -1,5 +1,6 @@
 """The release's Beam pipeline: read → validate → one shuffle by person → per query, bound and
-aggregate or a kind's steps → the noisy combine (the only noise) → one output file per query.
+aggregate or a kind's steps → the noisy combine (the only noise) → each query's output files
+(:mod:`.query_output`: one file, or shards of a partitioned query).
 
 :func:`build_pipeline` adds these steps to a pipeline; the launcher (:mod:`.job`) checks inputs,
 charges the ledger and publishes what the pipeline wrote. Steps get only the keys they need from
@@ -8,27 +9,24 @@ the launcher's :class:`~transforms.keys.ReleaseKeys`: a query's noise key, the b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-from apache_beam.pvalue import PCollection
-from apache_beam.transforms import combiners
 
 from userdp.transforms.by_person import ByPerson
 from userdp.transforms.keys import ReleaseKeys
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.metrics import PlannedQuery, query_columns
-from userdp.transforms.noisy_combine import canonical_key_string
 from userdp.transforms.release import Budget, Release
 from userdp.transforms.select_partitions import PlannedSelection
 
 from .config import JobConfig
+from .output_layout import QueryFiles
 from .plan import ReleasePlan
-from .sinks import WriteDeadLetters, write_release
+from .query_output import WriteQueryOutput
+from .sinks import RELEASE_FORMATS, WriteDeadLetters
 from .sources import InputSchema, ReadArrowTables
 
 DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")
@@ -56,62 +54,6 @@ def required_columns(job: JobConfig) -> dict[str, str]:
     return columns
 
 
-_ARROW_TYPES = {
-    "float64": pa.float64(),
-    "int64": pa.int64(),
-    "string": pa.string(),
-    "bool": pa.bool_(),
-}
-
-
-def _write_query_output(
-    rows: list[dict[str, Any]],
-    by: pa.Schema,
-    columns: Sequence[tuple[str, str]],
-    path_without_ext: str,
-    fmt: str,
-) -> str:
-    """One query's released rows → one file, sorted by partition key so the bytes are stable.
-
-    Every column has a declared type — the ``by`` columns their input types, the released columns
-    the kind's — never one inferred from the values, so an output's schema does not depend on the
-    data: not on which partitions survived selection, nor on whether a value is missing (⊥).
-    """
-    names = by.names
-    # sorted by partition key, then by the released columns (kinds with several rows and no
-    # partition key, e.g. one row per coordinate), so the bytes never depend on element order
-    order = [*names, *(c for c, _ in columns)]
-    rows = sorted(rows, key=lambda r: canonical_key_string(tuple(r[c] for c in order)))
-    fields = [*by, *(pa.field(c, _ARROW_TYPES[t]) for c, t in columns)]
-    schema = pa.schema(fields)
-    table = pa.table({f.name: pa.array([r[f.name] for r in rows], f.type) for f in fields}, schema)
-    return write_release(table, path_without_ext, fmt)
-
-
-class WriteQueryOutput(beam.PTransform[Any, Any]):
-    """A query's released ``beam.Row``s → one file ``path_without_ext`` + the format's extension.
-
-    The rows are gathered on one worker and written by :func:`_write_query_output` (declared
-    schema, sorted rows); the output is the written path.
-    """
-
-    def __init__(
-        self, by: pa.Schema, columns: Sequence[tuple[str, str]], path_without_ext: str, fmt: str
-    ) -> None:
-        super().__init__()
-        self._by, self._columns, self._path, self._fmt = by, list(columns), path_without_ext, fmt
-
-    def expand(self, released: PCollection[Any]) -> PCollection[Any]:
-        written: PCollection[Any] = (
-            released
-            | "AsDicts" >> beam.Map(lambda row: row.as_dict())
-            | "Collect" >> combiners.ToList()
-            | "Write"
-            >> beam.Map(_write_query_output, self._by, self._columns, self._path, self._fmt)
-        )
-        return written
-
-
 def build_pipeline(
     pipeline: beam.Pipeline,
     job: JobConfig,
@@ -122,6 +64,7 @@ def build_pipeline(
     out_dir: str | None = None,
     noise: bool = True,
     num_shards: int | None = None,
+    files: Mapping[str, QueryFiles] | None = None,
 ) -> None:
     """Adds the release's steps to ``pipeline``; ``noise=False`` is a test hook, not config.
 
@@ -132,7 +75,8 @@ def build_pipeline(
     ``keys``: the launcher's keys; steps get only what they need from them (a query's noise key,
     the bounding subkey), never the release secret. ``out_dir``: where the outputs are written
     (the staging directory; default ``output.path``). ``num_shards`` None:
-    :func:`default_shards` for the job's runner and the pipeline's options.
+    :func:`default_shards` for the job's runner and the pipeline's options. ``files``: each
+    query's output files (:mod:`.output_layout`; default: one file per query).
     """
     if num_shards is None:
         num_shards = default_shards(job.runner.name, pipeline.options)
@@ -144,6 +88,7 @@ def build_pipeline(
     if job.input.dead_letter:
         _ = people.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(job.input.dead_letter)
     out_dir = out_dir or job.output.path
+    fmt = job.output.format
     key_types = dict(schema.keys)
     selected = {  # one selection per group of queries that share it (shared_selection.py)
         s.name: people | s.name >> PlannedSelection(s) for s in plan.selections
@@ -154,8 +99,9 @@ def build_pipeline(
         released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]", kept)
         columns = planned.output_columns
         by = pa.schema([pa.field(c, key_types[c]) for c in q.by])
-        path = FileSystems.join(out_dir, q.name)
-        _ = released | f"{q.name}/Write" >> WriteQueryOutput(by, columns, path, job.output.format)
+        layout = (files or {}).get(q.name) or QueryFiles(q.name, RELEASE_FORMATS[fmt], 1)
+        write = WriteQueryOutput(by, columns, out_dir, layout, fmt)
+        _ = released | f"{q.name}/Write" >> write
 
 
 def _budget(job: JobConfig) -> Budget:

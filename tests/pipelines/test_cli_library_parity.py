@@ -11,15 +11,15 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.io.filesystems import FileSystems
 
 import userdp.transforms as dp
 from userdp.pipelines.config import parse_job
 from userdp.pipelines.config_fields import ConfigError
 from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds import METRIC_KINDS
+from userdp.pipelines.output_layout import QueryFiles
 from userdp.pipelines.plan import plan_release
-from userdp.pipelines.release_graph import WriteQueryOutput
+from userdp.pipelines.query_output import WriteQueryOutput
 from userdp.transforms.mechanisms.chunk_functions import resolve_function
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
@@ -96,9 +96,9 @@ def test_every_metric_is_byte_identical_through_the_cli_and_the_library(tmp_path
                 released = people | q.name >> TRANSFORMS[q.metric](**_params(table))
             planned = release._state.queries[q.name].plan
             by = pa.schema([pa.field(c, pa.string()) for c in q.by])
-            path = FileSystems.join(str(lib_dir), q.name)
+            files = QueryFiles(q.name, ".parquet", 1)
             _ = released | f"{q.name}/write" >> WriteQueryOutput(
-                by, planned.output_columns, path, "parquet"
+                by, planned.output_columns, str(lib_dir), files, "parquet"
             )
 
     assert cli_plan.selections  # not vacuous: the job has queries that share a selection

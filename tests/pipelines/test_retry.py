@@ -28,7 +28,7 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.transforms import combiners
 
 import userdp.pipelines.job
-import userdp.pipelines.release_graph
+import userdp.pipelines.query_output
 import userdp.pipelines.sinks
 import userdp.pipelines.sources
 import userdp.transforms.aggregate
@@ -58,7 +58,7 @@ STAGES: list[tuple[str, Any, str, str]] = [
     ("keep listed keys", userdp.transforms.noisy_combine, "_join_public", "midway"),
     ("release partition", userdp.transforms.noisy_combine._ReleasePartition, "__call__", "midway"),
     ("collect", combiners.ToListCombineFn, "add_input", "before"),
-    ("write output", userdp.pipelines.release_graph, "_write_query_output", "before"),
+    ("write output", userdp.pipelines.query_output, "write_file", "before"),
     ("dead letter to json", userdp.pipelines.sinks, "_json_line", "before"),
     ("write dead letters", textio._TextSink, "write_encoded_record", "before"),
 ]

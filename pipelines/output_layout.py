@@ -1,0 +1,79 @@
+"""Which files a release holds: one per unpartitioned query, N shards per partitioned one.
+
+A partitioned query (one with ``by`` columns) can release millions of rows; gathering them on one
+worker to write one file would make that worker hold the whole output. So its rows are written in
+``N`` shards, ``<output>/<query>/part-SSSSS-of-NNNNN.<ext>``, each row in the shard
+``hash(partition key) mod N`` (:func:`shard_of`), each shard sorted by key, so the bytes are
+deterministic for a given secret and do not depend on the runner or on element order.
+
+**Where the switch is.** ``N`` is ``[output] shards`` when the job file gives it; otherwise one
+shard per ``INPUT_BYTES_PER_SHARD`` (256 MiB) of input files on disk, at most
+``MAX_OUTPUT_SHARDS``. With ``N = 1`` (every input under 256 MiB, e.g. the demo) the output stays
+one file, ``<output>/<query>.<ext>``, as before sharding existed; queries without ``by`` release a
+row or a few and are always one file.
+
+**No observable depends on the data.** ``N`` comes from the job file or the input's size (public
+file metadata, like the file names), never from the number of rows or partitions, and every shard
+file is written even when no released row falls in it: the set of files is fixed before the
+pipeline runs (:func:`query_files`), so the launcher can check each exists before publishing.
+The shard of a row is an unkeyed hash of its released partition key: it reveals nothing the row
+does not, and the file a key lands in is the same for every secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from userdp.transforms.noisy_combine import canonical_key_string
+
+INPUT_BYTES_PER_SHARD = 256 << 20
+MAX_OUTPUT_SHARDS = 1024
+
+
+def auto_shards(input_bytes: int) -> int:
+    """Shards of a partitioned query's output when the job file names none."""
+    return max(1, min(MAX_OUTPUT_SHARDS, math.ceil(input_bytes / INPUT_BYTES_PER_SHARD)))
+
+
+def shard_of(key: tuple[object, ...], shards: int) -> int:
+    """The shard of a released row with partition key ``key`` (BLAKE2b of its canonical text)."""
+    digest = hashlib.blake2b(canonical_key_string(key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+@dataclass(frozen=True)
+class QueryFiles:
+    """The files of one query's output, relative to the release directory."""
+
+    name: str
+    extension: str  # ".parquet", ".csv", ...
+    shards: int  # 1: one file <name><ext>
+
+    @property
+    def sharded(self) -> bool:
+        return self.shards > 1
+
+    @property
+    def output(self) -> str:
+        """What a reader opens: the file, or the directory of shards (with a trailing ``/``)."""
+        return f"{self.name}/" if self.sharded else self.name + self.extension
+
+    def shard(self, i: int) -> str:
+        if not self.sharded:
+            return self.name + self.extension
+        return f"{self.name}/part-{i:05d}-of-{self.shards:05d}{self.extension}"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(self.shard(i) for i in range(self.shards))
+
+
+def query_files(
+    names_and_by: Sequence[tuple[str, bool]], extension: str, shards: int | None, input_bytes: int
+) -> dict[str, QueryFiles]:
+    """Query name → its files; ``names_and_by``: (name, has ``by`` columns) per query."""
+    n = shards if shards is not None else auto_shards(input_bytes)
+    return {name: QueryFiles(name, extension, n if has_by else 1) for name, has_by in names_and_by}
