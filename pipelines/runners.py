@@ -1,10 +1,12 @@
 """The job file's ``[runner]`` table → a Beam runner and its PipelineOptions, in one place.
 
 Users move from one machine to a cluster by changing ``[runner]``, not the code. Each runner has a
-fixed set of ``runner.options`` keys (:data:`.runner_options.OPTIONS`; reference:
-``docs/runners.md``); a key that is unknown for the runner, of the wrong type, out of range or
-missing stops the job before it starts with a :class:`~pipelines.config.ConfigError` naming
-``runner.options.<key>``.
+table of the ``runner.options`` keys userdp checks itself (:data:`.runner_options.OPTIONS`;
+reference: ``docs/runners.md``); a key of the wrong type, out of range or missing stops the job
+before it starts with a :class:`~pipelines.config.ConfigError` naming ``runner.options.<key>``.
+Any other option Beam defines passes straight to Beam's ``PipelineOptions`` (its parser checks the
+value, the runner its validators): a hand-kept list would refuse valid options it never heard of.
+Keys Beam does not define, and keys of another runner's table, are refused by name.
 
 * ``direct`` (default): Beam's ``FnApiRunner``, explicitly. Plain ``DirectRunner`` switches to the
   Prism runner (downloaded at run time) wherever the network allows, so one job file would run on
@@ -31,7 +33,9 @@ dict for ``userdp plan``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import functools
 import io
 import os
 from collections.abc import Mapping, Sequence
@@ -85,7 +89,8 @@ def resolve(
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     file_values = {k: _file_value(name, k, v, base) for k, v in options.items()}
     given_on_cli = _cli_option_names(beam_args)
-    parsed = _parse_flags([*_flags(file_values), *beam_args], beam_args)
+    _parse_flags(_flags(file_values), "runner.options", dict(options))  # the file's, alone
+    parsed = _parse_flags([*_flags(file_values), *beam_args], "command line", " ".join(beam_args))
     for flag, why in REFUSED_FLAGS.items():
         if flag in given_on_cli and parsed.get(flag) not in (None, False):
             raise RunnerError(f"--{flag} (command line)", parsed[flag], f"no --{flag} flag", why)
@@ -101,7 +106,8 @@ def resolve(
             "a Beam pipeline option",
             "Beam does not know this flag (a typo?); see docs/runners.md",
         )
-    defaults = {k: v for k, v in values.items() if origin[k] == "default"}
+    values |= {k: v for k, v in file_values.items() if k not in spec}  # passed through
+    defaults = {k: v for k, v in values.items() if origin.get(k) == "default"}
     flags = [*_runner_flag(name), *_flags(defaults), *_flags(file_values), *beam_args]
     extra = {k: parsed[k] for k in sorted(given_on_cli) if k not in spec and k in parsed}
     return ResolvedRunner(name, tuple(flags), {"runner": RUNNER_CLASSES[name], **values, **extra})
@@ -166,15 +172,16 @@ def check_worker_paths(name: str, paths: Mapping[str, str | None]) -> None:
 
 
 def _file_value(name: str, key: str, value: Any, base: Path) -> Any:
-    """A checked ``runner.options`` value; local package paths made relative to ``base``."""
+    """A checked ``runner.options`` value; local package paths made relative to ``base``.
+
+    Keys of the runner's table are checked there; any other Beam pipeline option passes through
+    to Beam's own parser and validators (:func:`_passed_through`).
+    """
     spec = OPTIONS[name]
+    if key in REFUSED_FLAGS:
+        raise RunnerError(f"runner.options.{key}", value, f"no {key} option", REFUSED_FLAGS[key])
     if key not in spec:
-        raise RunnerError(
-            f"runner.options.{key}",
-            value,
-            f"one of the keys {', '.join(spec)}",
-            f"unknown key for runner {name!r} (a typo, or a key of another runner?)",
-        )
+        return _passed_through(name, key, value)
     opt = spec[key]
     ok = isinstance(value, opt.kind) and not (opt.kind is int and isinstance(value, bool))
     if ok and opt.kind is list:
@@ -196,22 +203,91 @@ def _file_value(name: str, key: str, value: Any, base: Path) -> Any:
     return list(value) if opt.kind is list else value
 
 
+def _passed_through(name: str, key: str, value: Any) -> Any:
+    """A ``runner.options`` key outside the runner's table: any option Beam defines, in the TOML
+    type its flag takes (true/false for a switch, a list of strings for a repeated flag, else a
+    string or number that Beam's parser converts and checks). A key of another runner's table is
+    refused: it would be ignored here, which is how a mistake goes unnoticed."""
+    others = [n for n, table in OPTIONS.items() if key in table]
+    if others:
+        raise RunnerError(
+            f"runner.options.{key}",
+            value,
+            f"one of the keys {', '.join(OPTIONS[name])}, or another Beam pipeline option",
+            f"{key} is an option of runner {others[0]!r}, which runner {name!r} would ignore",
+        )
+    actions = beam_option_actions().get(key)
+    if not actions:
+        raise RunnerError(
+            f"runner.options.{key}",
+            value,
+            "a Beam pipeline option",
+            "Beam defines no option of this name (a typo?); see docs/runners.md",
+        )
+    switch = all(a.nargs == 0 for a in actions)
+    # Beam's list options: argparse's append, or its comma-splitting list action
+    repeated = any(
+        isinstance(a, argparse._AppendAction) or type(a).__name__ == "_CommaSeparatedListAction"
+        for a in actions
+    )
+    if switch:  # a value no flag sets (false for a plain switch) is Beam's default: no flag
+        ok, allowed = isinstance(value, bool), "true or false"
+    elif repeated:
+        ok = isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
+        allowed = "a list of strings"
+    else:
+        ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        allowed = "a string or a number"
+    if not ok:
+        raise RunnerError(f"runner.options.{key}", value, allowed, "as Beam's flag takes it")
+    return list(value) if repeated else value
+
+
+@functools.cache
+def beam_option_actions() -> dict[str, list[argparse.Action]]:
+    """Every option Beam's ``PipelineOptions`` defines: its name (``dest``) → the flag actions
+    that set it (two for a pair like ``--use_public_ips`` / ``--no_use_public_ips``). A flag
+    spelled otherwise than its option (``--worker_disk_type`` sets ``disk_type``) is a name too,
+    except a switch's (``no_use_public_ips = true`` would read as its opposite)."""
+    parsers: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    out: dict[str, list[argparse.Action]] = {}
+    for action in parsers[0]._actions:
+        if not action.option_strings:
+            continue
+        out.setdefault(action.dest, []).append(action)
+        for flag in action.option_strings if action.nargs != 0 else ():
+            alias = flag.removeprefix("--")
+            if alias != action.dest and alias not in out:
+                out[alias] = [action]
+    return out
+
+
 def _local_path(path: str, base: Path) -> str:
     return path if "://" in path or Path(path).is_absolute() else str(base / path)
 
 
 def _flags(values: Mapping[str, Any]) -> list[str]:
+    """Option values → Beam flags, each through the flag that sets it: a switch is given when
+    its value is the switch's (``use_public_ips = false`` is ``--no_use_public_ips``), a list
+    repeats its flag, anything else is ``--flag=value``."""
     flags: list[str] = []
     for key, value in values.items():
-        if key == "use_public_ips":
-            flags.append("--use_public_ips" if value else "--no_use_public_ips")
-        elif isinstance(value, bool):
-            flags.extend([f"--{key}"] if value else [])
+        actions = beam_option_actions().get(key, [])
+        if isinstance(value, bool):
+            flags.extend(_flag_of(a) for a in actions if a.nargs == 0 and a.const == value)
         elif isinstance(value, list):
-            flags.extend(f"--{LIST_FLAGS[key]}={v}" for v in value)
+            flag = f"--{LIST_FLAGS[key]}" if key in LIST_FLAGS else _flag_of(actions[0])
+            flags.extend(f"{flag}={v}" for v in value)
         else:
             flags.append(f"--{key}={value}")
     return flags
+
+
+def _flag_of(action: argparse.Action) -> str:
+    """The flag of an action: the one spelled like its option when there are aliases."""
+    own = f"--{action.dest}"
+    return own if own in action.option_strings else action.option_strings[0]
 
 
 def _runner_flag(name: str) -> list[str]:
@@ -240,8 +316,9 @@ def _flag_value(beam_args: Sequence[str], flag: str) -> str:
     return ""
 
 
-def _parse_flags(flags: Sequence[str], beam_args: Sequence[str]) -> dict[str, Any]:
-    """Beam's parse of ``flags``; its exit on a bad command-line value becomes a RunnerError."""
+def _parse_flags(flags: Sequence[str], where: str, shown: object) -> dict[str, Any]:
+    """Beam's parse of ``flags``; its exit on a bad value becomes a RunnerError naming ``where``
+    (``runner.options`` or the command line) and showing ``shown``."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
@@ -249,7 +326,7 @@ def _parse_flags(flags: Sequence[str], beam_args: Sequence[str]) -> dict[str, An
     except SystemExit:
         lines = stderr.getvalue().strip().splitlines()
         why = lines[-1].split(": error: ", 1)[-1] if lines else "Beam could not parse them"
-        raise RunnerError("command line", " ".join(beam_args), "valid Beam flags", why) from None
+        raise RunnerError(where, shown, "values Beam's flags accept", why) from None
 
 
 def _unknown_flags(beam_args: Sequence[str]) -> list[str]:

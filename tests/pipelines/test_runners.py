@@ -14,7 +14,12 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from userdp.pipelines.config import ConfigError
 from userdp.pipelines.runner_options import FLINK_VERSIONS, OPTIONS, RunnerError
-from userdp.pipelines.runners import check_worker_paths, pipeline_options, resolved_options
+from userdp.pipelines.runners import (
+    check_worker_paths,
+    pipeline_options,
+    resolve,
+    resolved_options,
+)
 
 PYPROJECT = str(Path(__file__).resolve().parents[2] / "pyproject.toml")
 DATAFLOW = {
@@ -261,6 +266,53 @@ def test_flags_a_job_server_may_define_pass_through_to_flink() -> None:
     )
     _, opts = pipeline_options("flink", {"flink_master": "[local]"}, args)
     assert opts.get_all_options(retain_unknown_options=True)["checkpointing_interval"] == "5"
+
+
+def test_any_other_beam_option_in_the_file_passes_straight_to_beam() -> None:
+    """Options outside the runner's table reach Beam's PipelineOptions as Beam's flags take them
+    (a Dataflow option we never listed is not refused), and Beam's parser checks their values."""
+    extra = {
+        "dataflow_service_options": ["enable_prime"],
+        "disk_size_gb": 50,
+        "number_of_worker_harness_threads": 4,
+        "worker_disk_type": "compute.googleapis.com/projects/p/zones/z/diskTypes/pd-ssd",
+        "save_main_session": True,
+        "use_public_ips": False,
+    }
+    resolved = resolve("dataflow", {**DATAFLOW, **extra})
+    opts = resolved.pipeline_options().get_all_options()
+    dests = {"worker_disk_type": "disk_type"}  # a flag that sets an option of another name
+    for key, value in extra.items():
+        assert opts[dests.get(key, key)] == value, key
+    assert resolved.values["disk_size_gb"] == 50  # `userdp plan` prints them
+    assert "--no_use_public_ips" in resolved.flags
+    direct = resolve("direct", {"save_main_session": False, "pickle_library": "cloudpickle"})
+    assert direct.pipeline_options().get_all_options()["pickle_library"] == "cloudpickle"
+    assert not direct.pipeline_options().get_all_options()["save_main_session"]
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "match"),
+    [
+        (
+            "dataflow",
+            {"nonsense": 1},
+            r"^runner.options.nonsense = 1: expected a Beam pipeline opt",
+        ),
+        ("dataflow", {"disk_size_gb": "big"}, r"^runner.options = .*invalid int value: 'big'"),
+        ("dataflow", {"flink_master": "[local]"}, r"flink_master = '\[local\]'.* runner 'flink'"),
+        ("direct", {"streaming": True}, r"^runner.options.streaming = True: .*batch job"),
+        ("portable", {"dry_run": True}, r"^runner.options.dry_run = True: .*never ran"),
+        ("dataflow", {"save_main_session": "yes"}, r"save_main_session = 'yes': expected true or"),
+        ("dataflow", {"dataflow_service_options": "x"}, r"options = 'x': expected a list of str"),
+    ],
+)
+def test_passed_through_options_are_still_checked(
+    name: str, options: dict[str, Any], match: str
+) -> None:
+    base = DATAFLOW if name == "dataflow" else {}
+    with pytest.raises(RunnerError, match=match):
+        resolved_options(name, {**base, **options})
 
 
 def test_every_runner_option_is_a_beam_pipeline_option() -> None:
