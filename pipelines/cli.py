@@ -110,6 +110,7 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
 
     from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
     from .ledger import LedgerError  # noqa: PLC0415
+    from .progress import Progress  # noqa: PLC0415
     from .publish import OutputLocationError  # noqa: PLC0415
     from .sources import SchemaError  # noqa: PLC0415
 
@@ -117,7 +118,8 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
         job = load_job(args.job)
         if args.release_id and job.ledger is None:
             raise ConfigError("--release-id", args.release_id, "a job file with a [ledger]", "")
-        result = run_release(job, args.beam_args, release_id=args.release_id)
+        progress = Progress(sys.stderr)
+        result = run_release(job, args.beam_args, release_id=args.release_id, progress=progress)
     except (ConfigError, SchemaError, OutputLocationError, KeyFileError) as e:
         print(f"userdp run: {e}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from .config import JobConfig
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
+from .progress import Progress, size_text
 from .public_keys import check_public_keys
 from .publish import (
     MANIFEST,
@@ -221,6 +222,7 @@ def run_release(
     release_id: str | None = None,
     noise: bool = True,
     num_shards: int | None = None,
+    progress: Progress | None = None,
 ) -> ReleaseResult:
     """Checks, charges, runs into staging and publishes a release (module docstring).
 
@@ -229,10 +231,19 @@ def run_release(
 
     ``release_id`` overrides ``[ledger] release_id``. ``release_key`` and ``noise=False`` are test
     hooks (a fixed secret; exact values), not reachable from the job file or the command line.
+    ``progress``: where stage lines go (:mod:`.progress`; default: nowhere).
     """
+    progress = progress or Progress(None)
+    progress.stage(f"checking the job file, its inputs and the output location ({job.source})")
     c = _check(job, beam_args)
+    n = len(c.schema.files)
+    progress.stage(
+        f"{n} input file{'s' * (n != 1)} ({size_text(c.schema.total_bytes)}), "
+        f"{len(job.queries)} queries, runner {job.runner.name}"
+    )
     reservation = None
     if job.ledger is not None:
+        progress.stage("charging the ledger")
         artifacts = release_artifacts(job, c.secret_check)
         reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
     try:
@@ -243,8 +254,14 @@ def run_release(
         raise
     layout = output_layout(job, c.schema)
     rid = reservation.release_id if reservation is not None else None
+    n_files = sum(f.shards for f in layout.values())
     try:
-        files = _run_into_staging(job, c, keys, staging, layout, noise=noise, num_shards=num_shards)
+        with progress.running(
+            f"running the pipeline on {job.runner.name} ({n_files} output files)"
+        ):
+            files = _run_into_staging(
+                job, c, keys, staging, layout, noise=noise, num_shards=num_shards
+            )
     except BaseException as e:
         staging.discard()
         remove_temporary_folders(job.input.dead_letter)
@@ -267,6 +284,7 @@ def run_release(
     except BaseException:
         staging.discard()
         raise
+    progress.stage(f"publishing {n_files} files and the manifest in {job.output.path}")
     try:
         published = staging.publish(layout, manifest)
     except Exception as e:

@@ -1,0 +1,64 @@
+"""Progress lines of `userdp run` (pipelines/progress.py): stages in order, a heartbeat while the
+pipeline runs, and nothing but public facts — every line fits one of a few templates whose only
+numbers are times, file counts and sizes."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from userdp.pipelines.cli import main
+from userdp.pipelines.demo import DEMO_JOB
+from userdp.pipelines.generate import generate
+from userdp.pipelines.progress import Progress, size_text
+
+PREFIX = r"\[ *\d+\.\d s\] "
+TEMPLATES = [
+    r"checking the job file, its inputs and the output location \(.*job\.toml\)",
+    r"\d+ input files? \(\d+(\.\d)? (B|KiB|MiB|GiB|TiB)\), \d+ queries, runner direct",
+    r"running the pipeline on direct \(\d+ output files\) …",
+    r"running the pipeline on direct \(\d+ output files\): done in \d+\.\d s",
+    r"publishing \d+ files and the manifest in .*release/",
+]
+
+
+def test_userdp_run_prints_each_stage_with_public_facts_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    generate(300, str(tmp_path / "data" / "logs.parquet"), seed=2)
+    (tmp_path / "job.toml").write_text(DEMO_JOB)
+    assert main(["run", str(tmp_path / "job.toml")]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if re.match(PREFIX, x)]
+    assert len(lines) == len(TEMPLATES)
+    for line, template in zip(lines, TEMPLATES, strict=True):
+        assert re.fullmatch(PREFIX + template, line), line
+
+
+def test_a_heartbeat_while_a_stage_runs_and_silence_without_an_output() -> None:
+    out = io.StringIO()
+    progress = Progress(out, heartbeat_s=0.02)
+    with progress.running("running the pipeline"):
+        time.sleep(0.15)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("running the pipeline …")
+    assert any(re.fullmatch(PREFIX + r"still running the pipeline \(\d+ s\)", x) for x in lines)
+    assert re.fullmatch(PREFIX + r"running the pipeline: done in 0\.\d s", lines[-1])
+    silent = Progress(None, heartbeat_s=0.01)
+    before = threading.active_count()
+    with silent.running("x"):
+        assert threading.active_count() == before  # no thread when nothing is printed
+
+
+def test_sizes_read_as_people_write_them() -> None:
+    assert [size_text(n) for n in (0, 512, 1536, 3 << 30, 5 << 50)] == [
+        "0 B",
+        "512 B",
+        "1.5 KiB",
+        "3.0 GiB",
+        "5120.0 TiB",
+    ]
