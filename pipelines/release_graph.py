@@ -30,19 +30,25 @@ from .sinks import RELEASE_FORMATS, WriteDeadLetters
 from .sources import InputSchema, ReadArrowTables
 
 DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")
+INPUT_BYTES_PER_PERSON_SHARD = 64 << 20  # input on disk per person shard, at most
 
 
-def default_shards(runner: str, options: PipelineOptions) -> int:
-    """Person shards when the caller names none: 64 on clusters, max(8, 4 × workers) on direct.
+def default_shards(runner: str, options: PipelineOptions, input_bytes: int = 0) -> int:
+    """Person shards when the caller names none: enough that no shard holds more than
+    ``INPUT_BYTES_PER_PERSON_SHARD`` of input files on disk (public file metadata, so the count
+    never depends on a value), and at least 64 on clusters or max(8, 4 × workers) on direct.
 
-    The direct runner holds all data in its worker processes anyway, and each shard costs a fixed
-    overhead (a table through the shuffle, a bounding call): a few shards per worker keep every
-    worker busy. Measured with benchmarks/throughput.py (one in-memory worker, 2.24M rows): 8
-    shards took ~15% less CPU than 64. Shard counts never change released values.
+    A shard's rows are one table on one worker, so its memory follows input / shards; more shards
+    bound it on every runner. The direct runner's floor is small because each shard costs a fixed
+    overhead (a table through the shuffle, a bounding call): measured with
+    benchmarks/throughput.py (one in-memory worker, 2.24M rows), 8 shards took ~15% less CPU than
+    64. Shard counts never change released values.
     """
+    by_size = -(-input_bytes // INPUT_BYTES_PER_PERSON_SHARD)
     if runner != "direct":
-        return DEFAULT_SHARDS
-    return max(8, 4 * (options.view_as(DirectOptions).direct_num_workers or 1))
+        return max(DEFAULT_SHARDS, by_size)
+    workers = options.view_as(DirectOptions).direct_num_workers or 1
+    return max(8, 4 * workers, by_size)
 
 
 def required_columns(job: JobConfig) -> dict[str, str]:
@@ -79,7 +85,7 @@ def build_pipeline(
     query's output files (:mod:`.output_layout`; default: one file per query).
     """
     if num_shards is None:
-        num_shards = default_shards(job.runner.name, pipeline.options)
+        num_shards = default_shards(job.runner.name, pipeline.options, schema.total_bytes)
     release = Release._for_launcher(_budget(job), keys, noise=noise)
     tables = pipeline | "Read" >> ReadArrowTables(schema)  # raw pa.Table of the needed columns
     people = tables | "ByPerson" >> ByPerson(

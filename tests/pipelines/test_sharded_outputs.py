@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 import userdp.pipelines.query_output
 from userdp.pipelines.cli import main
@@ -19,6 +20,7 @@ from userdp.pipelines.config import parse_job
 from userdp.pipelines.generate import generate
 from userdp.pipelines.job import ReleaseRunError, run_release
 from userdp.pipelines.output_layout import auto_shards, shard_of
+from userdp.pipelines.release_graph import default_shards
 from userdp.pipelines.verify import verify_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
@@ -102,6 +104,13 @@ def test_the_shard_count_follows_the_input_size_not_the_data() -> None:
     assert auto_shards(256 << 20) == 1
     assert auto_shards((256 << 20) + 1) == 2
     assert auto_shards(10**15) == 1024
+    # person shards too: their memory follows input / shards, so the count grows with the input
+    direct = PipelineOptions([])
+    assert default_shards("direct", direct, 0) == 8
+    assert default_shards("direct", direct, 1 << 30) == 16
+    assert default_shards("direct", PipelineOptions(["--direct_num_workers=4"]), 0) == 16
+    assert default_shards("flink", direct, 0) == 64
+    assert default_shards("dataflow", direct, 10 << 30) == 160
     with pytest.raises(Exception, match=r"output\.shards.*an integer in \[1, 1024\]"):
         parse_job(job_dict(Path("x.parquet"), Path("out"), shards=5000))
     with pytest.raises(Exception, match=r"output\.shards.*an integer ≥ 1"):
