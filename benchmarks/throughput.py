@@ -1,21 +1,22 @@
-"""Rows per second of the release job against a plain per-element Beam pipeline, same file.
+"""Rows per second of the release job against a plain per-element Beam pipeline and PipelineDP.
 
-On one Parquet file of synthetic browsing logs (``pipelines.generate``, ≥ 1.5M rows by default),
-with the same runner (Beam's FnApiRunner, in memory: ``pipeline_options("direct", {}, [])``):
+On one Parquet file of synthetic browsing logs (``pipelines.generate``, about 24 rows per person;
+``--people 1000000`` gives ~24M rows), with the same runner (Beam's FnApiRunner, in memory:
+``pipeline_options("direct", {}, [])``), a count per key (``--by url``, the default, or
+``domain``), private partitions, ε = 1, δ = 1e-6, L = 5, C = 3:
 
-(a) ``userdp run JOB.toml`` in-process (``pipelines.cli.main``) with one query, count of visits per
-    domain, private partitions, ε = 1, δ = 1e-6, L = 5, C = 3. The time covers the whole command:
-    job-file parsing, schema inspection, planning, pipeline construction, the run, the output file
-    and the manifest.
-(b) what a user would write without userdp: ``ReadFromParquet`` rows (dicts) → (person, domain) →
-    GroupByKey per person → keep ≤ L domains per person and ≤ C rows per (person, domain) in
-    Python → (domain, kept rows) → CombinePerKey(sum) → collect into one JSON file. No noise.
+(a) ``userdp run JOB.toml`` in-process (``pipelines.cli.main``). The time covers the whole command:
+    job-file parsing, schema inspection, planning, pipeline construction, the run, the output
+    files and the manifest.
+(b) what a user would write without userdp: ``ReadFromParquet`` rows (dicts) → (person, key) →
+    GroupByKey per person → keep ≤ L keys per person and ≤ C rows per (person, key) in Python →
+    (key, kept rows) → CombinePerKey(sum) → collect into one JSON file. No noise.
 
-(b) picks a person's L domains with the same deterministic rule as userdp's bounding (BLAKE2b
-keyed with the release's bounding key, combined with splitmix64, ties by domain), written here
-per element in plain Python; for a count only the number of kept rows per (person, domain),
-min(rows, C), matters. So (a) with noise off and (b) must give the *same* per-domain counts; the
-script checks that in an extra, untimed run of (a) with noise off (``--no-check`` skips it).
+(b) picks a person's L keys with the same deterministic rule as userdp's bounding (BLAKE2b keyed
+with the release's bounding key, combined with splitmix64, ties by key), written here per element
+in plain Python; for a count only the number of kept rows per (person, key), min(rows, C),
+matters. So (a) with noise off and (b) must give the *same* per-key counts; the script checks
+that in an extra, untimed run of (a) with noise off (``--no-check`` skips it).
 
 Each repetition times (a) then (b); the order alternates between repetitions. Reported: every
 run (wall seconds by ``time.perf_counter``, and this process's CPU seconds, which other load on a
@@ -24,7 +25,13 @@ shared machine disturbs less; FnApiRunner in memory runs the workers in this pro
 A warm-up run of each on a tiny file comes first, so one-time costs (imports, the first runner
 start) are not timed.
 
+Then each runs once more as a whole process of its own (interpreter start and imports included)
+with its peak RSS (``os.wait4``): (a) ``userdp run``, (b), and with ``--pipelinedp PYTHON``
+PipelineDP 0.3.1's ``private_beam.Count`` on the same file and parameters
+(``benchmarks/pipelinedp_count.py``, in that interpreter; minutes on large files).
+
 Usage: python benchmarks/throughput.py [--people N] [--repeat R] [--data DIR] [--no-check]
+                                       [--by url|domain] [--pipelinedp PYTHON]
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import io
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -55,11 +64,12 @@ from userdp.pipelines.job import run_release
 from userdp.pipelines.runners import pipeline_options
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
-PERSON, DOMAIN = "person_id", "domain"
+PERSON = "person_id"
+BY = {"column": "url"}  # the partition column: --by url (default) or domain
 L, C = 5, 3
 MIN_ROWS = 1_500_000
 SEED = 0
-QUERY = "visits_per_domain"
+QUERY = "visits_per_key"
 # The noise-off check needs (a) and (b) to use the same bounding key; the timed (a) runs draw a
 # fresh release secret, as `userdp run` does.
 CHECK_KEY = ReleaseKey(bytes(range(32)))
@@ -84,7 +94,7 @@ format = "parquet"
 [[queries]]
 name = "{query}"
 metric = "count"
-by = ["{domain}"]
+by = ["{by}"]
 max_partitions_per_person = {L}
 max_rows_per_partition = {C}
 partitions = "private"
@@ -110,8 +120,8 @@ class BoundPerson(beam.DoFn):
     first L kept. Hashes of domains are cached per DoFn instance, as a careful user would.
     """
 
-    def __init__(self, key: bytes, max_partitions: int, max_rows: int) -> None:
-        self._key = key
+    def __init__(self, key: bytes, max_partitions: int, max_rows: int, by: str) -> None:
+        self._key, self._by = key, by
         self._max_partitions = max_partitions
         self._max_rows = max_rows
         self._domain_hash: dict[str, int] = {}
@@ -128,7 +138,7 @@ class BoundPerson(beam.DoFn):
         for domain in rows:
             dh = self._domain_hash.get(domain)
             if dh is None:
-                dh = self._domain_hash[domain] = self._hash(b"by:" + DOMAIN.encode(), domain)
+                dh = self._domain_hash[domain] = self._hash(b"by:" + self._by.encode(), domain)
             ranked.append((_splitmix64(person_hash ^ _splitmix64(dh)), domain))
         ranked.sort()
         for _, domain in ranked[: self._max_partitions]:
@@ -143,13 +153,14 @@ def _write_counts(counts: list[tuple[str, int]], path: str) -> None:
 def run_plain(data: str, out: str, key: bytes) -> None:
     """(b): the per-element Beam pipeline, on the runner ``userdp run`` uses for ``direct``."""
     runner, options = pipeline_options("direct", {}, [])
+    by = BY["column"]
     with beam.Pipeline(runner=runner, options=options) as p:
         _ = (
             p
-            | "Read" >> beam.io.ReadFromParquet(data, columns=[PERSON, DOMAIN])
-            | "KeyByPerson" >> beam.Map(lambda row: (row[PERSON], row[DOMAIN]))
+            | "Read" >> beam.io.ReadFromParquet(data, columns=[PERSON, by])
+            | "KeyByPerson" >> beam.Map(lambda row: (row[PERSON], row[by]))
             | "GroupByPerson" >> beam.GroupByKey()
-            | "Bound" >> beam.ParDo(BoundPerson(key, L, C))
+            | "Bound" >> beam.ParDo(BoundPerson(key, L, C, by))
             | "SumPerDomain" >> beam.CombinePerKey(sum)
             | "Collect" >> combiners.ToList()
             | "Write" >> beam.Map(_write_counts, out)
@@ -168,7 +179,7 @@ def read_plain(out: str) -> dict[str, int]:
 def write_job(work: Path, data: str, release: str) -> Path:
     job = work / "job.toml"
     text = JOB_TOML.format(
-        data=data, out=release, person=PERSON, domain=DOMAIN, query=QUERY, L=L, C=C
+        data=data, out=release, person=PERSON, by=BY["column"], query=QUERY, L=L, C=C
     )
     job.write_text(text)
     return job
@@ -183,9 +194,59 @@ def run_userdp(job: Path) -> None:
 
 
 def read_release(release: str) -> dict[str, float]:
-    table = pq.read_table(os.path.join(release, QUERY + ".parquet"))
-    domains, values = table.column(DOMAIN).to_pylist(), table.column("value").to_pylist()
-    return dict(zip(domains, values, strict=True))
+    """The released values per key: one file, or the directory of shards of a large input."""
+    path = os.path.join(release, QUERY + ".parquet")
+    table = pq.read_table(path if os.path.exists(path) else os.path.join(release, QUERY))
+    keys, values = table.column(BY["column"]).to_pylist(), table.column("value").to_pylist()
+    return dict(zip(keys, values, strict=True))
+
+
+# --- whole processes: wall time and peak memory ---------------------------------------------------
+
+
+def child_run(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of a command run as a child process (``os.wait4``)."""
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty child cannot block
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"{' '.join(cmd[:3])} … failed:\n{tail}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def whole_processes(rows: int, work: Path, data: str, pipelinedp: str | None) -> None:
+    """One run of each as its own process — imports, planning, the run, the output — with the
+    process's peak RSS: (a) ``userdp run``, (b) the per-element pipeline, and PipelineDP's
+    ``private_beam.Count`` (``benchmarks/pipelinedp_count.py``) with ``--pipelinedp``."""
+    here = Path(__file__).resolve()
+    job = write_job(work, data, str(work / "release-child"))
+    runs = {
+        "(a) userdp run": [str(Path(sys.executable).parent / "userdp"), "run", str(job)],
+        "(b) per-element Beam": [sys.executable, str(here), "--only", "plain", "--data-file",
+                                 data, "--by", BY["column"], "--out", str(work / "b.json")],
+    }  # fmt: skip
+    if pipelinedp:
+        runs["PipelineDP Count"] = [pipelinedp, str(here.with_name("pipelinedp_count.py")), data,
+                                    BY["column"], str(work / "pipelinedp.json")]  # fmt: skip
+    print(f"whole process, one run each, count per {BY['column']} ({rows:,} rows):")
+    results = {}
+    for name, cmd in runs.items():
+        wall, rss = results[name] = child_run(cmd)
+        print(f"  {name:<22} {_rate(rows, wall)}   peak RSS {rss:,.0f} MiB")
+    ours = results["(a) userdp run"][0]
+    for name, (wall, _) in results.items():
+        if name != "(a) userdp run":
+            print(f"  userdp run is {wall / ours:.1f}x faster than {name}")
+    rate = rows / ours
+    print(f"target ≥ 1M rows/s whole process: {'met' if rate >= 1e6 else 'NOT met'} ({rate:,.0f})")
+    if pipelinedp:
+        ratio = results["PipelineDP Count"][0] / ours
+        print(f"target ≥ 20x PipelineDP: {'met' if ratio >= 20 else 'NOT met'} ({ratio:.1f}x)")
 
 
 # --- driver --------------------------------------------------------------------------------------
@@ -276,14 +337,16 @@ def check(work: Path, data: str, plain_out: str, rows: int) -> bool:
     plain = read_plain(plain_out)
     same = exact == plain
     print(
-        f"check (untimed; same bounding rule and key), (a) noise off vs (b): per-domain counts "
-        f"{'identical' if same else 'DIFFERENT'} ({len(exact)} vs {len(plain)} domains; totals "
+        f"check (untimed; same bounding rule and key), (a) noise off vs (b): per-key counts "
+        f"{'identical' if same else 'DIFFERENT'} ({len(exact)} vs {len(plain)} keys; totals "
         f"{sum(exact.values()):,} vs {sum(plain.values()):,} of {rows:,} rows)"
     )
     return same
 
 
-def benchmark(people: int, repeat: int, data_dir: Path | None, do_check: bool) -> float:
+def benchmark(
+    people: int, repeat: int, data_dir: Path | None, do_check: bool, pipelinedp: str | None = None
+) -> float:
     """Runs and prints everything; returns the speed ratio (a)/(b) of the wall-time medians."""
     with tempfile.TemporaryDirectory(prefix="userdp-bench-") as tmp:
         work = Path(tmp)
@@ -302,10 +365,11 @@ def benchmark(people: int, repeat: int, data_dir: Path | None, do_check: bool) -
         timings = time_runs(rows, repeat, write_job(work, data, release), data, plain_out)
         noisy, plain = read_release(release), read_plain(plain_out)
         print(
-            f"last timed outputs: (a) {len(noisy)} domains released, noisy total "
-            f"{sum(noisy.values()):,.0f}; (b) {len(plain)} domains, total {sum(plain.values()):,}"
+            f"last timed outputs: (a) {len(noisy)} keys released, noisy total "
+            f"{sum(noisy.values()):,.0f}; (b) {len(plain)} keys, total {sum(plain.values()):,}"
         )
         ratio = report(rows, timings)
+        whole_processes(rows, work, data, pipelinedp)
         if do_check and not check(work, data, plain_out, rows):
             raise SystemExit("check failed: (a) with noise off and (b) disagree")
         return ratio
@@ -317,7 +381,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="repetitions of (a) and (b) (3)")
     p.add_argument("--data", type=Path, help="cache directory for the generated Parquet file")
     p.add_argument("--no-check", action="store_true", help="skip the untimed noise-off check")
+    p.add_argument("--by", choices=["url", "domain"], default="url", help="partition column (url)")
+    p.add_argument(
+        "--pipelinedp",
+        metavar="PYTHON",
+        help="an interpreter with pipeline-dp installed: also time PipelineDP's Count (minutes)",
+    )
+    p.add_argument("--only", choices=["plain"], help=argparse.SUPPRESS)  # (b) as a child
+    p.add_argument("--data-file", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    BY["column"] = args.by
     if args.people < 1 or args.repeat < 1:
         p.error("--people and --repeat must be at least 1")
     if args.data is not None:
@@ -327,7 +401,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> float:
     args = parse_args(argv)
-    return benchmark(args.people, args.repeat, args.data, not args.no_check)
+    if args.only == "plain":  # the child of whole_processes
+        run_plain(args.data_file, args.out, ReleaseKey.generate().subkey("bounding"))
+        return 0.0
+    return benchmark(args.people, args.repeat, args.data, not args.no_check, args.pipelinedp)
 
 
 if __name__ == "__main__":

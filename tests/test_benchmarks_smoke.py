@@ -2,12 +2,14 @@
 
 What is asserted: the script runs end to end, prints rows/s of both pipelines, and its plain
 per-element pipeline (b) bounds contributions exactly like userdp — the untimed check finds the
-same per-domain counts — while a different bounding key, a negative control, is caught.
+same per-key counts — while a different bounding key, a negative control, is caught; the
+whole-process runs print rows/s and peak RSS.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -39,7 +41,9 @@ def test_runs_end_to_end_and_both_pipelines_count_alike(
     out = capsys.readouterr().out
     assert ratio > 0
     assert out.count("rows/s") >= 4  # (a) and (b) in the run line and in the median line
-    assert "per-domain counts identical" in out
+    assert "per-key counts identical" in out
+    assert re.search(r"\(a\) userdp run .* rows/s +peak RSS [\d,]+ MiB", out)
+    assert re.search(r"\(b\) per-element Beam .* rows/s +peak RSS [\d,]+ MiB", out)
     assert (tmp_path / "logs-300p-seed0.parquet").exists()  # cached for the next run
 
 
@@ -74,7 +78,7 @@ def test_auto_bound_benchmark_prints_every_family_and_epsilon() -> None:
     assert out.rstrip().endswith(("targets met", "TARGETS MISSED"))
 
 
-FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["constant"]]
+FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["zipf"], ["constant"]]
 
 
 def _script(name: str) -> Path:
