@@ -42,6 +42,7 @@ import hashlib
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -186,8 +187,8 @@ def write_job(work: Path, data: str, release: str) -> Path:
 
 
 def run_userdp(job: Path) -> None:
-    """(a): ``userdp run JOB.toml``, in-process; its summary is swallowed."""
-    with contextlib.redirect_stdout(io.StringIO()):
+    """(a): ``userdp run JOB.toml``, in-process; its summary and progress lines are swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         status = userdp_main(["run", str(job)])
     if status != 0:
         raise RuntimeError(f"userdp run {job} exited with status {status}")
@@ -233,7 +234,11 @@ def whole_processes(rows: int, work: Path, data: str, pipelinedp: str | None) ->
     if pipelinedp:
         runs["PipelineDP Count"] = [pipelinedp, str(here.with_name("pipelinedp_count.py")), data,
                                     BY["column"], str(work / "pipelinedp.json")]  # fmt: skip
-    print(f"whole process, one run each, count per {BY['column']} ({rows:,} rows):")
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"whole process, one run each, count per {BY['column']} ({rows:,} rows; peak RSS of each "
+        f"child ≥ this script's {own:,.0f} MiB, which a forked child's ru_maxrss starts from):"
+    )
     results = {}
     for name, cmd in runs.items():
         wall, rss = results[name] = child_run(cmd)
@@ -355,6 +360,9 @@ def benchmark(
         print(f"data: {data} ({rows:,} rows, {people:,} persons, {made})")
         if rows < MIN_ROWS:
             print(f"note: {rows:,} rows is below the issue's {MIN_ROWS:,}; use more --people")
+        # Whole processes first: a child's ru_maxrss starts at its parent's RSS when forked
+        # (Linux), so they run while this process is still small (its RSS is printed).
+        whole_processes(rows, work, data, pipelinedp)
         warm = work / "warm"  # warm-up on a tiny file: first-run costs are not timed
         warm.mkdir()
         tiny, _, _ = ensure_data(200, warm)
@@ -369,7 +377,6 @@ def benchmark(
             f"{sum(noisy.values()):,.0f}; (b) {len(plain)} keys, total {sum(plain.values()):,}"
         )
         ratio = report(rows, timings)
-        whole_processes(rows, work, data, pipelinedp)
         if do_check and not check(work, data, plain_out, rows):
             raise SystemExit("check failed: (a) with noise off and (b) disagree")
         return ratio

@@ -30,21 +30,20 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 import zstandard
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-# [input] compression → Beam's compression type
-CODECS: dict[str, str] = {
-    "auto": CompressionTypes.AUTO,
-    "none": CompressionTypes.UNCOMPRESSED,
-    "gzip": CompressionTypes.GZIP,
-    "bzip2": CompressionTypes.BZIP2,
-    "zstd": CompressionTypes.ZSTD,
-    "deflate": CompressionTypes.DEFLATE,
-    "xz": CompressionTypes.LZMA,
+# [input] compression → the codec's name. Beam is imported only where a file is opened: the job
+# file's parser (`userdp plan`) must not load it.
+CODECS: tuple[str, ...] = ("auto", "none", "gzip", "bzip2", "zstd", "deflate", "xz")
+# the extensions AUTO recognises (those of Beam's CompressionTypes.detect_compression_type)
+SUFFIXES: dict[str, str] = {
+    ".gz": "gzip",
+    ".bz2": "bzip2",
+    ".zst": "zstd",
+    ".zstd": "zstd",
+    ".deflate": "deflate",
+    ".xz": "xz",
+    ".lzma": "xz",
 }
-# the extensions AUTO recognises (Beam's CompressionTypes.detect_compression_type)
-SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
 STREAM_FORMATS = ("csv", "jsonl")  # formats that may be compressed as a whole file
 # what a decoder raises on bytes that are not its codec's (bzip2 raises OSError)
 CODEC_ERRORS: tuple[type[Exception], ...] = (zlib.error, lzma.LZMAError, zstandard.ZstdError)
@@ -70,10 +69,7 @@ def codec_of(path: str, compression: str) -> str:
     if compression != "auto":
         return compression
     suffix = compressed_suffix(path)
-    if suffix is None:
-        return "none"
-    detected = CompressionTypes.detect_compression_type(path)
-    return next(name for name, beam_type in CODECS.items() if beam_type == detected)
+    return "none" if suffix is None else SUFFIXES[suffix]
 
 
 def refusal(path: str, fmt: str, compression: str) -> str | None:
@@ -157,6 +153,9 @@ def open_input(path: str, compression: str = "auto") -> IO[bytes]:
         raise ValueError(
             f"compression {compression!r} is not supported; allowed: {', '.join(CODECS)}"
         )
+    from apache_beam.io.filesystem import CompressionTypes  # noqa: PLC0415
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
     raw: IO[bytes] = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     codec = codec_of(path, compression)
     if codec == "none":

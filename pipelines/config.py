@@ -168,7 +168,7 @@ def parse_job(
     person = v.string(inp, "input.person")
     columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
     dead = v.string(inp, "input.dead_letter", required=False)
-    compression = v.choice(inp, "input.compression", tuple(CODECS), default=None)
+    compression = v.choice(inp, "input.compression", CODECS, default=None)
     fmt = "jsonl" if fmt == "json" else fmt
     if compression not in (None, "auto", "none") and fmt not in STREAM_FORMATS:
         v.fail(

@@ -255,10 +255,9 @@ def run_release(
     layout = output_layout(job, c.schema)
     rid = reservation.release_id if reservation is not None else None
     n_files = sum(f.shards for f in layout.values())
+    files_text = f"{n_files} output file{'s' * (n_files != 1)}"
     try:
-        with progress.running(
-            f"running the pipeline on {job.runner.name} ({n_files} output files)"
-        ):
+        with progress.running(f"running the pipeline on {job.runner.name} ({files_text})"):
             files = _run_into_staging(
                 job, c, keys, staging, layout, noise=noise, num_shards=num_shards
             )
@@ -284,7 +283,7 @@ def run_release(
     except BaseException:
         staging.discard()
         raise
-    progress.stage(f"publishing {n_files} files and the manifest in {job.output.path}")
+    progress.stage(f"publishing {files_text} and the manifest in {job.output.path}")
     try:
         published = staging.publish(layout, manifest)
     except Exception as e:

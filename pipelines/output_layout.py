@@ -18,6 +18,13 @@ file is written even when no released row falls in it: the set of files is fixed
 pipeline runs (:func:`query_files`), so the launcher can check each exists before publishing.
 The shard of a row is an unkeyed hash of its released partition key: it reveals nothing the row
 does not, and the file a key lands in is the same for every secret.
+
+**Why not Beam's ``fileio.WriteToFiles``.** Its file names carry window, pane and shard
+numbers that the runner chooses, and it writes no file for a destination without rows — so the
+set of files would depend on the data and on the runner. Here each shard is grouped on one worker
+and written once through Beam's ``FileSystems`` (any filesystem Beam knows) into the staging
+directory; a retried bundle rewrites the same bytes to the same name, and the launcher publishes
+only after every expected file exists (:mod:`.publish`).
 """
 
 from __future__ import annotations
@@ -26,8 +33,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from userdp.transforms.noisy_combine import canonical_key_string
 
 INPUT_BYTES_PER_SHARD = 256 << 20
 MAX_OUTPUT_SHARDS = 1024
@@ -40,6 +45,9 @@ def auto_shards(input_bytes: int) -> int:
 
 def shard_of(key: tuple[object, ...], shards: int) -> int:
     """The shard of a released row with partition key ``key`` (BLAKE2b of its canonical text)."""
+    # imported here: the job file's parser imports this module and must not load Beam
+    from userdp.transforms.noisy_combine import canonical_key_string  # noqa: PLC0415
+
     digest = hashlib.blake2b(canonical_key_string(key).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards
 

@@ -21,9 +21,9 @@ PREFIX = r"\[ *\d+\.\d s\] "
 TEMPLATES = [
     r"checking the job file, its inputs and the output location \(.*job\.toml\)",
     r"\d+ input files? \(\d+(\.\d)? (B|KiB|MiB|GiB|TiB)\), \d+ queries, runner direct",
-    r"running the pipeline on direct \(\d+ output files\) …",
-    r"running the pipeline on direct \(\d+ output files\): done in \d+\.\d s",
-    r"publishing \d+ files and the manifest in .*release/",
+    r"running the pipeline on direct \(\d+ output files?\) …",
+    r"running the pipeline on direct \(\d+ output files?\): done in \d+\.\d s",
+    r"publishing \d+ output files? and the manifest in .*release/",
 ]
 
 
