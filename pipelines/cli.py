@@ -42,6 +42,12 @@ class Command:
 def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB.toml", help="the job file")
     p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw each query's expected error vs the budget into FILE (.svg or .png); "
+        "public: no data is read",
+    )
+    p.add_argument(
         "beam_args",
         nargs=argparse.REMAINDER,
         help="Beam pipeline options, as for `userdp run`: the resolved options are printed",
@@ -51,20 +57,52 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from .ledger import LedgerError  # noqa: PLC0415
 
+    # `--plot FILE` may come after the job file too, where argparse hands it to the Beam flags
+    plot, beam_args = _take_flag(list(args.beam_args), "--plot")
+    args.plot = plot or args.plot
     try:
         job = load_job(args.job)
         plan = plan_release(job)
         print_plan(plan, sys.stdout)
-        print_runner(job, args.beam_args, sys.stdout)
+        print_runner(job, beam_args, sys.stdout)
         print_keys(job, sys.stdout)
         if job.ledger is not None:
             print_ledger_quote(job, plan, sys.stdout)
+        if args.plot:
+            return _plot(job, args.plot)
     except ConfigError as e:
         print(f"userdp plan: {e}", file=sys.stderr)
         return 2
     except LedgerError as e:
         print(f"userdp plan: {e}", file=sys.stderr)
         return 3
+    return 0
+
+
+def _take_flag(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
+    """(the value of ``flag`` in ``argv`` as ``--flag V`` or ``--flag=V``, the other args)."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1], argv[:i] + argv[i + 2 :]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    return None, argv
+
+
+def _plot(job: Any, path: str) -> int:
+    from .plan_plot import plot_error_curves  # noqa: PLC0415 (matplotlib loads slowly)
+
+    if not path.lower().endswith((".svg", ".png")):
+        print(f"userdp plan: --plot {path}: expected a .svg or .png file name", file=sys.stderr)
+        return 2
+    try:
+        skipped = plot_error_curves(job, path)
+    except OSError as e:
+        print(f"userdp plan: --plot {path}: cannot be written ({e.strerror})", file=sys.stderr)
+        return 2
+    print(f"error vs budget plot: {path}")
+    if skipped:
+        print(f"  not drawn (no closed-form error before the data): {', '.join(skipped)}")
     return 0
 
 
@@ -148,6 +186,11 @@ def _print_result(job: Any, result: Any) -> None:
     for name, path in result.outputs.items():
         print(f"  {name}: {path}")
     print(f"manifest: {result.manifest}")
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 (loaded by the run)
+
+    report = FileSystems.join(FileSystems.split(result.manifest)[0], "report.html")
+    if FileSystems.exists(report):
+        print(f"report (tables, error bars, budget split; DP outputs only): {report}")
     r = result.reservation
     if r is None:
         print("no [ledger] in the job file: this run's spend is not recorded across runs")

@@ -42,8 +42,10 @@ from .progress import Progress, size_text
 from .public_keys import check_public_keys
 from .publish import (
     MANIFEST,
+    REPORT,
     OutputLocationError,
     Staging,
+    file_sha256,
     probe_writable,
     remove_temporary_folders,
     staging_parent,
@@ -186,15 +188,41 @@ def output_layout(job: JobConfig, schema: InputSchema) -> dict[str, QueryFiles]:
     return query_files(queries, ext, job.output.shards, schema.total_bytes)
 
 
+def _stage_report(
+    c: _Checked, staging: Staging, layout: Mapping[str, QueryFiles], fmt: str, progress: Progress
+) -> dict[str, object] | None:
+    """report.html (:mod:`.report`) from the staged outputs and the plan, staged beside them;
+    its size and hash for the manifest. A report that cannot be drawn costs the release
+    nothing: the run goes on without it (its inputs are DP outputs, so the failure is public)."""
+    from .report import read_output, render  # noqa: PLC0415 (matplotlib loads slowly)
+
+    try:
+        tables = {
+            name: read_output([staging.staged(f) for f in files.files], fmt)
+            for name, files in layout.items()
+        }
+        page = render(c.plan.to_manifest(), tables).encode()
+        with FileSystems.create(staging.staged(REPORT)) as f:
+            f.write(page)
+        sha256, size = file_sha256(staging.staged(REPORT))
+    except Exception as e:
+        progress.stage(f"{REPORT} not written ({type(e).__name__}); the release goes on")
+        return None
+    return {"file": REPORT, "bytes": size, "sha256": sha256}
+
+
 def _manifest(
     c: _Checked,
     layout: Mapping[str, QueryFiles],
     files: Mapping[str, Any],
     reservation: Reservation | None,
+    report: Mapping[str, object] | None = None,
 ) -> bytes:
     manifest = c.plan.to_manifest()
     manifest["outputs"] = {name: f.output for name, f in layout.items()}
     manifest["files"] = dict(files)
+    if report is not None:
+        manifest["report"] = dict(report)
     if reservation is not None:
         manifest["ledger"] = reservation.to_manifest()
     return json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
@@ -277,7 +305,8 @@ def run_release(
             charge=charge,
             release_id=rid,
         ) from e
-    manifest = _manifest(c, layout, files, reservation)
+    report = _stage_report(c, staging, layout, job.output.format, progress)
+    manifest = _manifest(c, layout, files, reservation, report)
     try:
         _refuse_changed_rerun(job, reservation, manifest)
     except BaseException:
@@ -285,7 +314,7 @@ def run_release(
         raise
     progress.stage(f"publishing {files_text} and the manifest in {job.output.path}")
     try:
-        published = staging.publish(layout, manifest)
+        published = staging.publish(layout, manifest, extra=(REPORT,) if report else ())
     except Exception as e:
         raise ReleaseRunError(
             f"publishing the outputs in {job.output.path} failed ({type(e).__name__}): the "

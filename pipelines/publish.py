@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
@@ -34,6 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 from .output_layout import QueryFiles
 
 MANIFEST = "manifest.json"
+REPORT = "report.html"  # pipelines/report.py: listed in the manifest like the outputs
 _PROBE = ".userdp-write-probe"
 
 
@@ -152,9 +153,12 @@ class Staging:
                 facts[name].append({"file": filename, "bytes": size, "sha256": sha256})
         return facts
 
-    def publish(self, layout: Mapping[str, QueryFiles], manifest: bytes) -> dict[str, str]:
+    def publish(
+        self, layout: Mapping[str, QueryFiles], manifest: bytes, extra: Sequence[str] = ()
+    ) -> dict[str, str]:
         """Steps 2–4 of the module docstring; returns query name → published path (a file, or
-        the directory of a sharded output)."""
+        the directory of a sharded output). ``extra``: more staged files to move (the report);
+        a previous run's copy of each is replaced, or removed when this run has none."""
         final = FileSystems.join(self.output, MANIFEST)
         _make_dirs(self.output)
         if FileSystems.exists(final):
@@ -171,6 +175,12 @@ class Staging:
                 target = FileSystems.join(self.output, filename)
                 FileSystems.rename([self.staged(filename)], [target])
             published[name] = FileSystems.join(self.output, files.output)
+        for filename in (REPORT, *extra):
+            target = FileSystems.join(self.output, filename)
+            if FileSystems.exists(target):
+                FileSystems.delete([target])
+        for filename in extra:
+            FileSystems.rename([self.staged(filename)], [FileSystems.join(self.output, filename)])
         temporary = self.staged(MANIFEST)
         with FileSystems.create(temporary) as f:
             f.write(manifest)

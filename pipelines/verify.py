@@ -21,7 +21,7 @@ from .publish import MANIFEST, file_sha256
 def _listed(manifest: dict[str, Any]) -> dict[str, tuple[int, str]]:
     """Relative file name → (bytes, sha256) for every file the manifest lists."""
     out = {}
-    for facts in manifest["files"].values():
+    for facts in [*manifest["files"].values(), manifest.get("report") or []]:
         for f in facts if isinstance(facts, list) else [facts]:
             out[str(f["file"])] = (int(f["bytes"]), str(f["sha256"]))
     return out

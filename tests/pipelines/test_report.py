@@ -1,0 +1,147 @@
+"""report.html (pipelines/report.py) in a real headless browser, and `userdp plan --plot`.
+
+The browser is Chromium from the distribution's packages: found on PATH, or installed by this
+test's setup with apt-get when the test runs as root (as in CI); the test is skipped, saying why,
+only where neither works. The page must render (the DOM Chromium builds holds every plot), log no
+console error, fetch nothing (no script, stylesheet link, image source or URL in styles — checked
+on the file), list in the manifest, and make a non-blank screenshot, which is kept for the README
+(``docs/images/report.png`` shows one). A negative control — a page with a failing script and an
+external image — must fail the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import parse_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.pipelines.verify import verify_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
+
+KEY = ReleaseKey(bytes(range(32)))
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def chromium() -> str:
+    """The browser's path; installs Debian's chromium package when missing (root + apt-get)."""
+    found = next((p for b in BROWSERS if (p := shutil.which(b))), None)
+    if found:
+        return found
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        pytest.skip("no Chromium on PATH, and it cannot be installed here (needs root and apt)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    for cmd in (install, ["apt-get", "update"], install):
+        done = subprocess.run(
+            cmd, check=False, env=env, capture_output=True, text=True, timeout=900
+        )
+        if cmd is not install or done.returncode != 0:
+            continue
+        break
+    found = next((p for b in BROWSERS if (p := shutil.which(b))), None)
+    if not found:
+        pytest.skip(f"Chromium could not be installed with apt-get: {done.stderr[-500:]}")
+    return found
+
+
+def headless(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    return subprocess.run(
+        [browser, *flags, *args], capture_output=True, text=True, timeout=120, check=True
+    )
+
+
+def problems(browser: str, page: Path, plots: list[str]) -> list[str]:
+    """What is wrong with ``page`` in the browser: console errors, fetches, missing plots."""
+    out = []
+    text = page.read_text()
+    # url(#id) is a reference inside the page (an SVG clip path); any other url( could fetch
+    for pattern in (r"<script", r"<link\b", r"\bsrc\s*=", r"url\((?!#)", r"@import"):
+        if re.search(pattern, text, re.IGNORECASE):
+            out.append(f"the page could fetch or run something: {pattern}")
+    shown = headless(browser, "--dump-dom", page.as_uri())
+    out += [f"console: {x}" for x in shown.stderr.splitlines() if ":CONSOLE" in x]
+    for plot in plots:
+        if not re.search(rf'<figure[^>]*id="{re.escape(plot)}"[^>]*>\s*<svg', shown.stdout):
+            out.append(f"plot missing from the rendered page: {plot}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    generate(1500, str(root / "logs.parquet"), seed=4)
+    job = parse_job(
+        {
+            "input": {"path": str(root / "logs.parquet"), "person": "person_id"},
+            "budget": {"epsilon": 4.0, "delta": 1e-6},
+            "output": {"path": str(root / "release")},
+            "queries": [
+                {"name": "visits", "metric": "count", "by": ["domain"],
+                 "max_partitions_per_person": 3, "max_rows_per_partition": 2},
+                {"name": "people", "metric": "persons"},
+            ],
+        }
+    )  # fmt: skip
+    run_release(job, release_key=KEY)
+    return root / "release"
+
+
+def test_the_report_renders_in_chromium_with_every_plot_and_no_fetch(
+    release: Path, tmp_path: Path
+) -> None:
+    browser = chromium()
+    page = release / "report.html"
+    plots = ["plot-budget", "plot-visits", "plot-people"]
+    assert problems(browser, page, plots) == []
+    shot = tmp_path / "report.png"
+    headless(browser, "--hide-scrollbars", "--window-size=1100,1800", f"--screenshot={shot}",
+             page.as_uri())  # fmt: skip
+    import matplotlib.image  # noqa: PLC0415
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[:2] == (1800, 1100) and pixels.std() > 0.05  # not a blank page
+    # the report is part of the release: listed in the manifest and verified with it
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["report"]["file"] == "report.html" and verify_release(str(release)) == []
+    # negative control: a failing script and an external image are caught
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        page.read_text().replace(
+            "</body>", '<script>undefined_fn()</script><img src="http://example.invalid/a.png">'
+            "</body>",
+        ).replace('id="plot-visits"', 'id="plot-gone"')
+    )  # fmt: skip
+    found = problems(browser, bad, plots)
+    assert any(p.startswith("console:") and "undefined_fn" in p for p in found)
+    assert any("src" in p for p in found) and any("plot-visits" in p for p in found)
+
+
+def test_the_report_holds_released_values_and_public_parameters_only(release: Path) -> None:
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    text = (release / "report.html").read_text()
+    visits = pq.read_table(release / "visits.parquet").to_pylist()
+    assert visits  # the private selection released domains at ε = 4
+    for row in visits[:5]:
+        assert row["domain"] in text and f"{row['value']:.6g}" in text
+    assert "persons" in text and "budget split" not in text.split("<h2>Budget</h2>")[0]
+
+
+def test_plan_plot_draws_the_error_against_the_budget(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "browsing_job.toml"
+    svg = tmp_path / "errors.svg"
+    assert main(["plan", str(examples), "--plot", str(svg)]) == 0
+    text = svg.read_text()  # matplotlib keeps each text as a comment beside its glyphs
+    assert "this job: ε = 1" in text and "visits_per_domain" in text
+    assert "mean_duration_per_domain (its noisy sum" in text
+    assert main(["plan", str(examples), "--plot", str(tmp_path / "x.pdf")]) == 2
