@@ -62,8 +62,9 @@ def _key_shard(row: dict[str, Any], names: Sequence[str], shards: int) -> tuple[
     return shard_of(tuple(row[c] for c in names), shards), row
 
 
-class _ShardWriter:
-    """(shard index, {"rows": its rows, "shard": [0]}) → the shard's file written; its path."""
+class _FileWriter:
+    """Writes one query's files: ``write(shard, rows)``; called on a grouped shard, or on the
+    whole output as shard 0 when it is one file."""
 
     def __init__(
         self,
@@ -75,10 +76,17 @@ class _ShardWriter:
     ) -> None:
         self.by, self.columns, self.out_dir, self.files, self.fmt = by, columns, out_dir, files, fmt
 
-    def __call__(self, element: tuple[int, dict[str, Iterable[Any]]]) -> str:
-        shard, grouped = element
+    def write(self, shard: int, rows: Iterable[dict[str, Any]]) -> str:
         path = FileSystems.join(self.out_dir, self.files.shard(shard))
-        return write_file(grouped["rows"], self.by, self.columns, path, self.fmt)
+        return write_file(rows, self.by, self.columns, path, self.fmt)
+
+    def one_file(self, rows: list[dict[str, Any]]) -> str:
+        return self.write(0, rows)
+
+    def grouped_shard(self, element: tuple[int, dict[str, Iterable[Any]]]) -> str:
+        """(shard index, {"rows": its rows, "shard": [0]}) from the CoGroupByKey."""
+        shard, grouped = element
+        return self.write(shard, grouped["rows"])
 
 
 class WriteQueryOutput(beam.PTransform[Any, Any]):
@@ -99,27 +107,23 @@ class WriteQueryOutput(beam.PTransform[Any, Any]):
         fmt: str,
     ) -> None:
         super().__init__()
-        self._by, self._columns, self._out_dir = by, list(columns), out_dir
-        self._files, self._fmt = files, fmt
+        self._writer = _FileWriter(by, list(columns), out_dir, files, fmt)
 
     def expand(self, released: PCollection[Any]) -> PCollection[Any]:
         dicts = released | "AsDicts" >> beam.Map(lambda row: row.as_dict())
-        by, columns, files = self._by, self._columns, self._files
+        writer, files = self._writer, self._writer.files
         if not files.sharded:
-            path = FileSystems.join(self._out_dir, files.shard(0))
             written: PCollection[Any] = (
-                dicts
-                | "Collect" >> combiners.ToList()
-                | "Write" >> beam.Map(write_file, by, columns, path, self._fmt)
+                dicts | "Collect" >> combiners.ToList() | "Write" >> beam.Map(writer.one_file)
             )
             return written
-        keyed = dicts | "ToShard" >> beam.Map(_key_shard, by.names, files.shards)
+        keyed = dicts | "ToShard" >> beam.Map(_key_shard, writer.by.names, files.shards)
         every = released.pipeline | "EveryShard" >> beam.Create(
             [(i, 0) for i in range(files.shards)]
         )
         sharded: PCollection[Any] = (
             {"rows": keyed, "shard": every}
             | "GroupByShard" >> beam.CoGroupByKey()
-            | "WriteShards" >> beam.Map(_ShardWriter(by, columns, self._out_dir, files, self._fmt))
+            | "WriteShards" >> beam.Map(writer.grouped_shard)
         )
         return sharded

@@ -4,7 +4,8 @@ For each query: its released table (the first ``MAX_ROWS`` rows, the largest val
 plot of the values with their 95% error bars (±1.96 stddev, the noise's, public); for the whole
 release: the budget split as a chart and the manifest's totals. Plots are drawn with matplotlib
 (Agg) as SVG and embedded inline, with text as paths, so the file needs no network, no fonts and
-no script to render.
+no script to render. Its bytes are deterministic (fixed SVG id salt, no date): the manifest lists
+its SHA-256, and a re-run of a release must write the same manifest.
 
 **Only DP outputs and public parameters.** The tables and plots read the released files (already
 noisy) and the manifest (public facts of the plan); nothing else about the data is read, so the
@@ -37,7 +38,7 @@ def _svg(fig: Any) -> str:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
@@ -48,6 +49,9 @@ def _pyplot() -> Any:
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "path"
+    # the same release gives the same bytes (a re-run compares the manifest, which hashes this
+    # file): element ids from a fixed salt, no date
+    matplotlib.rcParams["svg.hashsalt"] = "userdp-report"
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt

@@ -77,7 +77,7 @@ def test_shards_are_byte_identical_across_runs_and_hold_the_unsharded_rows(
     }
     assert manifests[0]["files"] == manifests[1]["files"]
     parts = [f"visits/part-{i:05d}-of-{SHARDS:05d}.parquet" for i in range(SHARDS)]
-    assert sorted(files) == sorted([*parts, "people.parquet", "manifest.json"])
+    assert sorted(files) == sorted([*parts, "people.parquet", "report.html", "manifest.json"])
     assert first.outputs["visits"] == str(tmp_path / "a" / "visits") + "/"
     assert again.outputs["people"] == str(tmp_path / "b" / "people.parquet")
     # the same rows as the one-file release under the same secret, each in its key's shard
@@ -188,13 +188,13 @@ KILLED_RUN = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("where", "n"),
-    [("write", 1), ("write", 3), ("rename", 1), ("rename", 3), ("rename", 6)],
+    [("write", 1), ("write", 3), ("rename", 1), ("rename", 3), ("rename", 6), ("rename", 7)],
 )
 def test_a_run_killed_at_any_point_leaves_no_complete_looking_release(
     data: Path, tmp_path: Path, where: str, n: int
 ) -> None:
     """Killed during the pipeline (the n-th file write) or during publishing (the n-th rename: 5
-    outputs, then the manifest is the 6th): over an earlier complete release of the same job, the
+    outputs, the report 6th, the manifest 7th): over an earlier complete release of the same job, the
     directory afterwards verifies as complete only if it is exactly the earlier release — never a
     mixture — and a re-run replaces it with a complete one."""
     out = tmp_path / "release"
