@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,9 +311,11 @@ def test_row_problems_go_to_the_dead_letters_and_never_into_the_release(
     release = root / "cli" / "release"
     names = {"visits", "persons", "total_duration", "mean_duration", "all_visits"}
     assert {p.name for p in release.iterdir()} == {f"{n}.parquet" for n in names} | {
-        "manifest.json"
+        "manifest.json",
+        "report.html",
     }
     published = [out, err, (release / "manifest.json").read_text()]
+    published.append((release / "report.html").read_text())  # DP outputs and parameters only
     for name in names:
         published.append(json.dumps(pq.read_table(release / f"{name}.parquet").to_pylist()))
         published.append((release / f"{name}.parquet").read_bytes().decode("latin-1"))
@@ -420,6 +423,8 @@ def test_schema_problems_stop_before_planning_and_write_nothing(
     assert main(["run", str(job)]) == 2
     out, err = capfd.readouterr()
     assert out == ""
+    # the message follows `userdp run`'s stage lines (pipelines/progress.py)
+    err = "".join(x for x in err.splitlines(True) if not re.match(r"\[ *\d+\.\d s\] ", x))
     assert err.startswith("userdp run: ") and what in err, err
     assert str(bad_file) in err, err
     assert column is None or f"'{column}'" in err, err

@@ -6,7 +6,8 @@ absent from the data), persons and a mean by ``domain`` with private partitions,
 everything.
 
 - ``userdp run`` (the CLI, a fresh release secret each run) in each format: the release directory
-  holds exactly the files the manifest's ``outputs`` names plus ``manifest.json``; each output has
+  holds exactly the files the manifest's ``outputs`` names plus ``manifest.json`` and
+  ``report.html``; each output has
   the columns ``by..., value, stddev`` in that order with the key columns' types (string, int64)
   and float64 values, every value and stddev finite, and exactly the public keys for the public
   query. The count, persons and sum queries' stddev is public (from the plan), so it is the same
@@ -162,7 +163,7 @@ def cli_outputs(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Outputs
         manifest = json.loads((release / "manifest.json").read_text())
         assert manifest["outputs"] == {name: name + ext for name in BY}, fmt
         files = {p.name for p in release.iterdir()}
-        assert files == {*manifest["outputs"].values(), "manifest.json"}, fmt
+        assert files == {*manifest["outputs"].values(), "manifest.json", "report.html"}, fmt
         out[fmt] = {}
         for name, by in BY.items():
             path = release / manifest["outputs"][name]

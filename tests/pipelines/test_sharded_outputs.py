@@ -193,10 +193,10 @@ KILLED_RUN = textwrap.dedent(
 def test_a_run_killed_at_any_point_leaves_no_complete_looking_release(
     data: Path, tmp_path: Path, where: str, n: int
 ) -> None:
-    """Killed during the pipeline (the n-th file write) or during publishing (the n-th rename: 5
-    outputs, the report 6th, the manifest 7th): over an earlier complete release of the same job, the
-    directory afterwards verifies as complete only if it is exactly the earlier release — never a
-    mixture — and a re-run replaces it with a complete one."""
+    """Killed during the pipeline (the n-th file write) or during publishing (the n-th rename:
+    5 outputs, the report 6th, the manifest 7th): over an earlier complete release of the same
+    job, the directory afterwards verifies as complete only if it is exactly the earlier release
+    — never a mixture — and a re-run replaces it with a complete one."""
     out = tmp_path / "release"
     run(data, out)
     before = tree(out)
