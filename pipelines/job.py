@@ -194,11 +194,11 @@ def _stage_report(
     """report.html (:mod:`.report`) from the staged outputs and the plan, staged beside them;
     its size and hash for the manifest. A report that cannot be drawn costs the release
     nothing: the run goes on without it (its inputs are DP outputs, so the failure is public)."""
-    from .report import read_output, render  # noqa: PLC0415 (matplotlib loads slowly)
+    from .report import read_largest, render  # noqa: PLC0415 (matplotlib loads slowly)
 
     try:
         tables = {
-            name: read_output([staging.staged(f) for f in files.files], fmt)
+            name: read_largest([staging.staged(f) for f in files.files], fmt)
             for name, files in layout.items()
         }
         page = render(c.plan.to_manifest(), tables).encode()

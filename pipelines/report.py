@@ -126,8 +126,9 @@ def _largest_first(table: pa.Table) -> list[dict[str, Any]]:
     return rows[:MAX_ROWS]
 
 
-def render(manifest: Mapping[str, Any], tables: Mapping[str, pa.Table]) -> str:
-    """The report's HTML from the manifest and each query's released table."""
+def render(manifest: Mapping[str, Any], tables: Mapping[str, tuple[pa.Table, int]]) -> str:
+    """The report's HTML from the manifest and, per query, its largest released rows (at most
+    ``MAX_ROWS``, :func:`read_largest`) and how many rows it released."""
     queries = list(manifest.get("queries", []))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -146,14 +147,14 @@ def render(manifest: Mapping[str, Any], tables: Mapping[str, pa.Table]) -> str:
         parts.append(f'<h2>Budget</h2><figure id="plot-budget">{chart}</figure>')
     for q in queries:
         name = str(q["name"])
-        table = tables.get(name)
+        table, released = tables.get(name, (None, 0))
         parts.append(f'<h2 id="query-{html.escape(name)}">{html.escape(name)}</h2>')
         parts.append(f"<p class='note'>{html.escape(_describe(q))}</p>")
         if table is None:
             continue
         keys = [k for k in q.get("by", []) if k in table.column_names]
         rows = _largest_first(table)
-        more = table.num_rows - len(rows)
+        more = released - len(rows)
         chart = values_chart(name, rows, keys)
         if chart:
             parts.append(f'<figure class="plot" id="plot-{html.escape(name)}">{chart}</figure>')
@@ -177,26 +178,38 @@ def _describe(q: Mapping[str, Any]) -> str:
     return f"{q.get('metric', '?')} by {by}; share {share}"
 
 
-def read_output(paths: Sequence[str], fmt: str) -> pa.Table:
-    """A query's released table from its files (one, or the shards), in any output format."""
+def read_largest(paths: Sequence[str], fmt: str) -> tuple[pa.Table, int]:
+    """(the ``MAX_ROWS`` largest released rows, the number of rows) of a query's files, read one
+    file at a time, so a sharded output is never held whole by the launcher."""
+    top: pa.Table | None = None
+    total = 0
+    for path in paths:
+        table = _read_file(path, fmt)
+        if not table.num_columns:
+            continue
+        total += table.num_rows
+        merged = (
+            table if top is None else pa.concat_tables([top, table], promote_options="permissive")
+        )
+        top = pa.Table.from_pylist(_largest_first(merged), schema=merged.schema)
+    return (top if top is not None else pa.table({})), total
+
+
+def _read_file(path: str, fmt: str) -> pa.Table:
+    """One released file, in any output format."""
     import pyarrow.csv as pcsv  # noqa: PLC0415
     import pyarrow.json as pjson  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
-    tables = []
-    for path in paths:
-        with FileSystems.open(path) as f:
-            data = f.read()
-        if fmt == "parquet":
-            tables.append(pq.read_table(pa.BufferReader(data)))
-        elif fmt == "csv":
-            tables.append(pcsv.read_csv(pa.BufferReader(data)))
-        elif fmt == "json":
-            tables.append(pjson.read_json(pa.BufferReader(data)) if data else pa.table({}))
-        else:
-            import fastavro  # noqa: PLC0415
+    with FileSystems.open(path) as f:
+        data = f.read()
+    if fmt == "parquet":
+        return pq.read_table(pa.BufferReader(data))
+    if fmt == "csv":
+        return pcsv.read_csv(pa.BufferReader(data))
+    if fmt == "json":
+        return pjson.read_json(pa.BufferReader(data)) if data else pa.table({})
+    import fastavro  # noqa: PLC0415
 
-            tables.append(pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data)))))
-    tables = [t for t in tables if t.num_columns]
-    return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+    return pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data))))

@@ -145,3 +145,24 @@ def test_plan_plot_draws_the_error_against_the_budget(tmp_path: Path) -> None:
     assert "this job: ε = 1" in text and "visits_per_domain" in text
     assert "mean_duration_per_domain (its noisy sum" in text
     assert main(["plan", str(examples), "--plot", str(tmp_path / "x.pdf")]) == 2
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "avro"])
+def test_the_largest_rows_are_read_shard_by_shard(tmp_path: Path, fmt: str) -> None:
+    """The report keeps the MAX_ROWS largest values of a sharded output and its row count,
+    reading one file at a time (the launcher never holds a whole output)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    from userdp.pipelines.report import MAX_ROWS, read_largest  # noqa: PLC0415
+    from userdp.pipelines.sinks import release_bytes  # noqa: PLC0415
+
+    paths = []
+    for shard in range(3):
+        values = [float(shard * 100 + i) for i in range(40)]
+        table = pa.table({"domain": [f"d{v:g}" for v in values], "value": values})
+        path = tmp_path / f"part-{shard}"
+        path.write_bytes(release_bytes(table, fmt))
+        paths.append(str(path))
+    top, total = read_largest(paths, fmt)
+    assert total == 120
+    assert top.column("value").to_pylist() == [float(v) for v in range(239, 239 - MAX_ROWS, -1)]
