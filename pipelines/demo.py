@@ -85,6 +85,9 @@ def run_demo(people: int, workdir: Path, seed: int, out: TextIO) -> Path:
         "true value 95% of the time; a mean's stddev is a delta-method approximation from the "
         "noisy count. Partitions with few persons are not released at all.\n"
     )
+    if "report" in manifest:
+        page = Path(result.manifest).parent / manifest["report"]["file"]
+        out.write(f"the same as a page, with error bars: {page}\n")
     return Path(result.manifest)
 
 
