@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
-from .input_listing import SchemaError, file_sizes, list_input_files
+from .input_listing import SchemaError, list_input_files
 
 FORMATS: tuple[str, ...] = ("parquet", "avro", "csv", "jsonl")
 KINDS: tuple[str, ...] = ("person", "key", "number")
@@ -350,7 +350,7 @@ def inspect_inputs(
     """
     declared = dict(declared or {})
     person = _check_arguments(columns, declared, fmt)
-    files = list_input_files(path_glob)
+    files, sizes = list_input_files(path_glob)
     families = _Families(columns, declared)
     row_groups: list[int] = []
     for path in files:
@@ -368,5 +368,5 @@ def inspect_inputs(
         numbers=tuple(c for c, k in columns.items() if k == "number"),
         row_groups=tuple(row_groups) if fmt == "parquet" else (),
         compression=compression,
-        sizes=file_sizes(files),
+        sizes=sizes,
     )

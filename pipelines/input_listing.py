@@ -23,8 +23,8 @@ def _is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
-def _local_files(pattern: str) -> list[str]:
-    """Every entry the glob names, each checked to be a readable regular file."""
+def _local_files(pattern: str) -> list[tuple[str, int]]:
+    """(path, size) of every entry the glob names, each checked to be a readable regular file."""
     pattern = pattern.removeprefix("file://")
     names = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
     out = []
@@ -32,7 +32,8 @@ def _local_files(pattern: str) -> list[str]:
         if not os.path.lexists(name):
             continue  # a plain path that does not exist: "matched no files" below
         try:
-            mode = os.stat(name).st_mode  # follows symbolic links
+            info = os.stat(name)  # follows symbolic links
+            mode = info.st_mode
         except FileNotFoundError:
             raise SchemaError(
                 f"input file {name}: a symbolic link to a missing file; allowed: readable "
@@ -49,28 +50,19 @@ def _local_files(pattern: str) -> list[str]:
             )
         if not os.access(name, os.R_OK):
             raise SchemaError(f"input file {name}: not readable by this user (permissions)")
-        out.append(os.path.abspath(name))
+        out.append((os.path.abspath(name), info.st_size))
     return out
 
 
-def list_input_files(path_glob: str) -> tuple[str, ...]:
-    """The sorted files of ``input.path``; :class:`SchemaError` if none, or one is not a file."""
+def list_input_files(path_glob: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(the sorted files of ``input.path``, each one's size in bytes); :class:`SchemaError` if
+    none, or one is not a file. Sizes are public file metadata: they size shards, never a value."""
     if _is_local(path_glob):
-        files = _local_files(path_glob)
+        found = _local_files(path_glob)
     else:
         matches = FileSystems.match([path_glob])
-        files = [m.path for r in matches for m in r.metadata_list]
-    if not files:
+        found = [(m.path, m.size_in_bytes) for r in matches for m in r.metadata_list]
+    if not found:
         raise SchemaError(f"input path {path_glob!r} matched no files")
-    return tuple(sorted(set(files)))
-
-
-def file_sizes(files: tuple[str, ...]) -> tuple[int, ...]:
-    """The size in bytes of each file (public file metadata: it sizes shards, never a value)."""
-    out = []
-    for path in files:
-        if _is_local(path):
-            out.append(os.path.getsize(path.removeprefix("file://")))
-        else:
-            out.append(FileSystems.match([path])[0].metadata_list[0].size_in_bytes)
-    return tuple(out)
+    listed = sorted(set(found))
+    return tuple(p for p, _ in listed), tuple(n for _, n in listed)
