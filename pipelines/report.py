@@ -165,11 +165,11 @@ def render(manifest: Mapping[str, Any], tables: Mapping[str, tuple[pa.Table, int
     return "\n".join(parts)
 
 
+_SYMBOLS = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
+
+
 def _budget_text(b: Mapping[str, Any]) -> str:
-    items = [
-        f"{k[0] if k != 'rho' else 'ρ'}={b[k]:.4g}" for k in ("epsilon", "delta", "rho") if k in b
-    ]
-    return ", ".join(items).replace("e=", "ε=").replace("d=", "δ=") or "—"
+    return ", ".join(f"{sym}={b[k]:.4g}" for k, sym in _SYMBOLS.items() if k in b) or "—"
 
 
 def _describe(q: Mapping[str, Any]) -> str:

@@ -45,12 +45,17 @@ def describe_noise(m: NoiseMechanism) -> dict[str, Any]:
 
 
 def describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    head = {
+        "delta": exact_number(s.delta),
+        "max_partitions_per_person": s.max_partitions_per_person,
+    }
     if isinstance(s, LaplaceThresholding):
         return {
             "rule": "laplace_thresholding",
             "epsilon": exact_number(s.epsilon),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
+            **head,
             "scale": exact_number(s.scale),
             "threshold": s.threshold,
             "delta_achieved": str(s.delta_achieved),
@@ -59,8 +64,7 @@ def describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str
         return {
             "rule": "truncated_geometric",
             "epsilon": exact_number(s.epsilon),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
+            **head,
             "per_partition": "(ε/L, δ/L), basic composition over a person's L partitions",
             "always_keep_count": s.always_keep_count,
             "half_keep_count": s.half_keep_count,
@@ -69,8 +73,7 @@ def describe_selection(s: SelectionRule | None, sel_delta: Fraction) -> dict[str
         return {
             "rule": "gaussian_thresholding",
             "rho": exact_number(s.rho),
-            "delta": exact_number(s.delta),
-            "max_partitions_per_person": s.max_partitions_per_person,
+            **head,
             "sigma2": exact_number(s.sigma2),
             "threshold": s.threshold,
             "delta_achieved": str(s.delta_achieved),
