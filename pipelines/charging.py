@@ -63,14 +63,36 @@ def reserve(
     fingerprint so that a re-run on anything changed is refused before it runs."""
     cfg = _ledger(job)
     rid = release_id or cfg.release_id or new_release_id(cfg.scope)
+    return reserve_cost(
+        job,
+        release_cost(plan),
+        files=files,
+        release_id=rid,
+        artifacts=artifacts,
+        config_hash=job.config_hash,
+    )
+
+
+def reserve_cost(
+    job: JobConfig,
+    cost: Cost,
+    *,
+    files: Sequence[str],
+    release_id: str,
+    artifacts: Mapping[str, str],
+    config_hash: str,
+) -> Reservation:
+    """Charges ``cost`` under ``release_id`` to the job's scope and the files' periods: a
+    release's plan (:func:`reserve`) or another run that reads the data, such as ``userdp tune``."""
+    cfg = _ledger(job)
     fingerprint = input_fingerprint(list(files), artifacts).digest
     with open_ledger(cfg.location) as ledger:
         return ledger.reserve(
-            rid,
+            release_id,
             scope=cfg.scope,
             periods=release_periods(cfg, files),
-            cost=release_cost(plan),
-            config_hash=job.config_hash,
+            cost=cost,
+            config_hash=config_hash,
             input_fingerprint=fingerprint,
         )
 

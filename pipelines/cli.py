@@ -30,6 +30,7 @@ from .config import ConfigError, load_job
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
 from .plan import plan_release
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner
+from .tune_cli import TUNE_HELP, add_tune_arguments, run_tune_command
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,13 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--people", type=int, required=True, help="number of persons")
     p.add_argument("--out", required=True, help="output file: .parquet .avro .csv or .jsonl")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    p.add_argument(
+        "--visits-median", type=float, default=None, help="median visits per person (about 12)"
+    )
+    p.add_argument("--domains", type=int, default=None, help="number of domains (50)")
+    p.add_argument(
+        "--domain-skew", type=float, default=None, help="Zipf exponent of domain popularity (1.1)"
+    )
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -221,7 +229,23 @@ def _generate(args: argparse.Namespace) -> int:
     if args.people < 1:
         print(f"userdp generate: --people must be ≥ 1, got {args.people}", file=sys.stderr)
         return 2
-    rows = generate(args.people, args.out, seed=args.seed)
+    from .generate import LogShape  # noqa: PLC0415
+
+    given = {
+        k: v
+        for k, v in (
+            ("visits_median", args.visits_median),
+            ("domains", args.domains),
+            ("domain_skew", args.domain_skew),
+        )
+        if v is not None
+    }
+    try:
+        shape = LogShape(**given)
+    except ValueError as e:
+        print(f"userdp generate: {e}", file=sys.stderr)
+        return 2
+    rows = generate(args.people, args.out, seed=args.seed, shape=shape)
     print(f"wrote {rows:,} rows for {args.people:,} persons to {args.out}")
     return 0
 
@@ -287,6 +311,7 @@ COMMANDS: dict[str, Command] = {
         _plan,
     ),
     "run": Command("run a release: read, bound, aggregate, add noise, write", _run_args, _run),
+    "tune": Command(TUNE_HELP, add_tune_arguments, run_tune_command),
     "verify": Command(
         "check that a release directory is complete: its manifest and every file it lists",
         _verify_args,

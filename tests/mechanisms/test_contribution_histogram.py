@@ -1,5 +1,5 @@
-"""The contribution histograms for tuning (transforms/mechanisms/contribution_histogram.py):
-exact buckets, L1 sensitivity 1 by brute force on small inputs, the noise's law, misuse."""
+"""The joint contribution histogram for tuning (transforms/mechanisms/contribution_histogram.py):
+exact cells, L1 sensitivity 1 by brute force on small inputs, the noise's law, misuse."""
 
 from __future__ import annotations
 
@@ -14,37 +14,53 @@ from userdp.transforms.mechanisms.contribution_histogram import ContributionHist
 from userdp.transforms.mechanisms.rng import KeyedRng
 
 SECRET = bytes(range(32))
-H = ContributionHistograms(epsilon=1, max_exponent=3)  # buckets ≤1, 2, 3, 4, 5, 6, 7, 8, >8
+H = ContributionHistograms(epsilon=1, max_exponent=3, per_octave=4)  # ≤1, 2, …, 8, >8
 
 
-def test_buckets_follow_the_clamp_grid() -> None:
+def test_cells_hold_one_over_p_per_pair_and_marginals_follow() -> None:
     assert [H.bucket(c) for c in (1, 2, 8, 9, 1000)] == [0, 1, 7, 8, 8]
-    parts, rows = H.exact([(1,), (3, 3, 9)])
-    assert parts == [1, 0, 1, 0, 0, 0, 0, 0, 0]
-    assert rows == pytest.approx([1, 0, 2 / 3, 0, 0, 0, 0, 0, 1 / 3])
+    grid = H.exact([(1,), (3, 3, 9)])
+    assert grid[0][0] == 1.0  # P = 1, r = 1
+    assert grid[2][2] == pytest.approx(2 / 3) and grid[2][8] == pytest.approx(1 / 3)
+    assert sum(map(sum, grid)) == pytest.approx(2.0)  # one unit per person
+    assert H.partitions_per_person(grid) == pytest.approx([1, 0, 1, 0, 0, 0, 0, 0, 0])
+    assert H.rows_per_pair(grid) == pytest.approx([1, 0, 2 / 3, 0, 0, 0, 0, 0, 1 / 3])
+    # the Beam side's integer pair counts give the same grid, whatever their order
+    pairs = H.pair_counts([(3, 3, 9), (1,)])
+    assert pairs == {(1, 0): 1, (3, 2): 2, (3, 8): 1}
+    assert H.from_pair_counts(dict(reversed(list(pairs.items())))) == grid
 
 
-def test_one_person_moves_each_histogram_by_at_most_one_in_l1() -> None:
-    """Brute force: every multiset of up to 3 persons, each touching 1–3 partitions with 1–10
-    rows, against the same plus any one more person."""
+def test_representatives_are_exact_on_the_grid() -> None:
+    h = ContributionHistograms(epsilon=1, max_exponent=4, per_octave=2)  # 1 2 3 4 6 8 12 16
+    assert h.edges == (1, 2, 3, 4, 6, 8, 12, 16)
+    assert [h.representative(b) for b in range(h.size)] == [1, 2, 3, 4, 5.5, 7.5, 10.5, 14.5, 32]
+
+
+def test_one_person_moves_the_histogram_by_at_most_one_in_l1() -> None:
+    """Brute force: every multiset of 2 persons, each touching 1–3 partitions with 1–10 rows,
+    against the same plus any one more person."""
     people = [p for k in (1, 2, 3) for p in itertools.product((1, 4, 10), repeat=k)]
     worst = 0.0
     for base in itertools.combinations_with_replacement(people[:8], 2):
         before = H.exact(base)
         for extra in people:
             after = H.exact((*base, extra))
-            for b, a in zip(before, after, strict=True):
-                worst = max(worst, sum(abs(x - y) for x, y in zip(a, b, strict=True)))
+            change = sum(abs(a - b) for ra, rb in zip(after, before, strict=True)
+                         for a, b in zip(ra, rb, strict=True))  # fmt: skip
+            worst = max(worst, change)
     assert worst == pytest.approx(1.0)
 
 
 def test_the_noise_is_laplace_of_scale_one_over_epsilon() -> None:
-    """KS test of 4,000 bucket noises against Laplace(1/ε); seeded, false alarm ≤ 10^-3."""
-    h = ContributionHistograms(epsilon=0.5, max_exponent=3)
+    """KS test of 5,000 cell noises against Laplace(1/ε); seeded, false alarm ≤ 10^-3."""
+    h = ContributionHistograms(epsilon=0.5, max_exponent=3, per_octave=1)  # 5 × 5 cells
+    exact = h.exact([(1,)])
     noise = []
-    for i in range(500):
-        parts, _ = h.release([(1,)], KeyedRng(SECRET, "hist", i))
-        noise += [v - e for v, e in zip(parts, h.exact([(1,)])[0], strict=True)][:8]
+    for i in range(200):
+        noisy = h.release([(1,)], KeyedRng(SECRET, "hist", i))
+        noise += [v - e for rv, re_ in zip(noisy, exact, strict=True)
+                  for v, e in zip(rv, re_, strict=True)]  # fmt: skip
     assert stats.kstest(np.array(noise), stats.laplace(scale=2.0).cdf).pvalue > 1e-3
     assert math.isclose(float(np.std(noise)), math.sqrt(2) * 2.0, rel_tol=0.1)
 
@@ -52,9 +68,13 @@ def test_the_noise_is_laplace_of_scale_one_over_epsilon() -> None:
 def test_misuse_is_refused() -> None:
     with pytest.raises(ValueError, match=r"epsilon must be positive, got 0"):
         ContributionHistograms(epsilon=0)
-    with pytest.raises(ValueError, match=r"max_exponent must lie in \[1, 40\]"):
+    with pytest.raises(ValueError, match=r"max_exponent must lie in \[1, 20\]"):
         ContributionHistograms(epsilon=1, max_exponent=0)
     with pytest.raises(ValueError, match=r"a contribution count is an integer ≥ 1, got 0"):
         H.exact([(0,)])
     with pytest.raises(ValueError, match=r"every person touches at least one partition"):
         H.exact([()])
+    with pytest.raises(ValueError, match=r"bucket 9 is outside \[0, 9\)"):
+        H.from_pair_counts({(1, 9): 1})
+    with pytest.raises(ValueError, match=r"expected a 9×9 histogram"):
+        H.add_noise([[0.0]], KeyedRng(SECRET, "x"))

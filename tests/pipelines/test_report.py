@@ -1,4 +1,5 @@
-"""report.html (pipelines/report.py) in a real headless browser, and `userdp plan --plot`.
+"""report.html (pipelines/report.py, and the tuning's pipelines/tune_report.py) in a real headless
+browser, and `userdp plan --plot`.
 
 The browser is Chromium from the distribution's packages: found on PATH, or installed by this
 test's setup with apt-get when the test runs as root (as in CI); the test is skipped, saying why,
@@ -124,6 +125,37 @@ def test_the_report_renders_in_chromium_with_every_plot_and_no_fetch(
     found = problems(browser, bad, plots)
     assert any(p.startswith("console:") and "undefined_fn" in p for p in found)
     assert any("src" in p for p in found) and any("plot-visits" in p for p in found)
+
+
+def test_the_tuning_report_renders_with_its_curves(tmp_path: Path) -> None:
+    """`userdp tune`'s report: error vs L, vs C and vs the budget for each tuned query."""
+    from userdp.pipelines.config import load_job  # noqa: PLC0415
+    from userdp.pipelines.tune import run_tune  # noqa: PLC0415
+
+    browser = chromium()
+    generate(1500, str(tmp_path / "logs.parquet"), seed=4)
+    job_file = tmp_path / "job.toml"
+    job_file.write_text(
+        f'[input]\npath = "{tmp_path / "logs.parquet"}"\nperson = "person_id"\n'
+        '[budget]\nepsilon = 1.0\ndelta = 1e-6\n[output]\npath = "release/"\n'
+        '[[queries]]\nname = "visits"\nmetric = "count"\nby = ["domain"]\n'
+        "max_partitions_per_person = 2\nmax_rows_per_partition = 2\n"
+        '[[queries]]\nname = "people"\nmetric = "persons"\nby = ["domain"]\n'
+        "max_partitions_per_person = 2\n"
+    )
+    run_tune(load_job(job_file), None, str(tmp_path / "tune"), release_key=KEY)
+    page = tmp_path / "tune" / "report.html"
+    plots = ["plot-visits-L", "plot-visits-C", "plot-visits-budget", "plot-people-L",
+             "plot-people-budget"]  # fmt: skip
+    assert problems(browser, page, plots) == []
+    text = page.read_text()
+    assert "recommended L =" in text and "current L = 2" in text
+    shot = tmp_path / "tune.png"
+    headless(browser, "--hide-scrollbars", "--window-size=1100,1800", f"--screenshot={shot}",
+             page.as_uri())  # fmt: skip
+    import matplotlib.image  # noqa: PLC0415
+
+    assert matplotlib.image.imread(str(shot)).std() > 0.05
 
 
 def test_the_report_holds_released_values_and_public_parameters_only(release: Path) -> None:

@@ -1,29 +1,38 @@
-"""Private histograms of how persons contribute: the measurements ``userdp tune`` will choose L
-and C from (issue 17; the command itself is not built yet).
+"""A private joint histogram of how persons contribute: what ``userdp tune`` chooses L and C from.
 
-Over a public grid of buckets — the clamp grid of :mod:`.auto_bound`, ``per_octave`` per octave
-(1, 2, 3, …, 8, 10, 12, …, 2^max) plus one bucket above — two histograms:
+Over a public grid of buckets — the clamp grid of :mod:`.auto_bound` with ``per_octave`` points
+per octave (1, 2, 3, 4, 6, 8, 12, 16, 23, 32, … at two per octave) up to 2^``max_exponent``, plus
+one bucket above — one two-dimensional histogram: each person who touches P partitions adds
+**1/P to the cell (bucket of P, bucket of r) for each of their partitions**, r being the person's
+row count in that partition. A person's weights add up to 1 whatever they touch.
 
-* **partitions per person**: each person adds 1 to the bucket of P, the number of distinct
-  partitions they touch;
-* **rows per (person, partition)**: each person adds 1/P to the bucket of the row count of each of
-  their P partitions — weight 1 per person in total, however many partitions they touch.
+Why joint and why 1/P. The rows kept by contribution bounds (L, C) are
+Σ_persons min(P, L)/P · Σ_their partitions min(r, C) — a person keeps L of their P partitions,
+each chosen alike, and C rows of each — which is exactly Σ_cells weight · min(P, L) · min(r, C)
+over this histogram (up to the buckets' widths): one release gives the kept rows of every (L, C)
+without assuming that P and r are independent (they are not: a person with many rows tends to
+touch many partitions *and* to have many rows in each). Its marginals are the two histograms a
+tuner usually draws: persons by P (row sums) and rows per (person, partition) weighted per person
+(column sums).
 
-Guarantee: pure ε-DP for each histogram, for adding or removing all rows of one person. A person's
-contribution vector has L1 norm exactly 1 in both (one unit in one bucket; P weights of 1/P), so
-the exact histogram has L1 sensitivity 1, and Laplace noise of scale 1/ε on every bucket of the
-fixed grid is the Laplace mechanism on global sensitivity (Dwork, McSherry, Nissim & Smith 2006;
-``../shared/seeds``), drawn by the secure sampler of :mod:`.additive`. Releasing both histograms
-spends 2ε (basic composition): split the tuning budget before calling. Weighting by 1/P is what
-keeps the second histogram's sensitivity at 1: counting each (person, partition) pair once would
-let one person move it by P (the negative control of
-``tests/audit/test_audit_contribution_histogram.py``).
+Guarantee: pure ε-DP for adding or removing all rows of one person. A person's contribution has L1
+norm exactly 1 (P weights of 1/P, all non-negative), so the exact histogram has L1 sensitivity 1
+and Laplace noise of scale 1/ε on every cell of the fixed grid is the Laplace mechanism on global
+sensitivity (Dwork, McSherry, Nissim & Smith 2006; ``../shared/seeds``), each draw from the secure
+sampler of :mod:`.additive`. Counting each (person, partition) pair once instead would let one
+person move the histogram by P: the negative control of
+``tests/audit/test_audit_contribution_histogram.py``. The cells are public (the grid), so which
+cells exist reveals nothing.
+
+Exactness. The Beam side counts pairs per (exact P, bucket of r) — integers, summed in any order —
+and :meth:`ContributionHistograms.from_pair_counts` divides by P in a fixed order, so a re-run
+gives the same histogram to the last bit.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -33,63 +42,106 @@ from .auto_bound import clamp_grid
 from .checks import Rational, positive
 from .rng import KeyedRng
 
+Grid = list[list[float]]
+
+
+def _count(x: object, name: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ValueError(f"{name} is an integer ≥ 1, got {x!r}")
+    return x
+
 
 @dataclass(frozen=True, kw_only=True)
 class ContributionHistograms:
-    """Public parameters: ``epsilon`` per histogram, buckets up to 2^``max_exponent``."""
+    """Public parameters: ``epsilon`` for the one joint histogram; buckets up to
+    2^``max_exponent`` at ``per_octave`` per octave, one more above."""
 
     epsilon: Rational
-    max_exponent: int = 16
-    per_octave: int = 4
-    edges: tuple[Fraction, ...] = field(init=False, repr=False)
+    max_exponent: int = 6
+    per_octave: int = 2
+    edges: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         positive(self.epsilon, "epsilon")
-        if not 1 <= self.max_exponent <= 40 or not 1 <= self.per_octave <= 16:
+        if not 1 <= self.max_exponent <= 20 or not 1 <= self.per_octave <= 8:
             raise ValueError(
-                "max_exponent must lie in [1, 40] and per_octave in [1, 16], got "
+                "max_exponent must lie in [1, 20] and per_octave in [1, 8], got "
                 f"{self.max_exponent} and {self.per_octave}"
             )
         grid = clamp_grid(0, self.max_exponent, self.per_octave, 0)
-        object.__setattr__(self, "edges", grid)
+        object.__setattr__(self, "edges", tuple(int(e) for e in grid))
 
     @property
     def guarantee(self) -> PureDP:
-        """Per histogram; both together spend twice this."""
         return PureDP(self.epsilon)
 
     @property
     def size(self) -> int:
-        """Buckets: [1, e_0], (e_0, e_1], …, (e_{K−2}, e_{K−1}], (e_{K−1}, ∞)."""
+        """Buckets per axis: [1, e_0], (e_0, e_1], …, (e_{K−2}, e_{K−1}], (e_{K−1}, ∞)."""
         return len(self.edges) + 1
 
     def bucket(self, count: int) -> int:
         """The bucket of a count ≥ 1 (no noise)."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"a contribution count is an integer ≥ 1, got {count!r}")
-        return bisect_left(self.edges, count)
+        return bisect_left(self.edges, _count(count, "a contribution count"))
 
-    def exact(self, persons: Iterable[Sequence[int]]) -> tuple[list[float], list[float]]:
-        """(partitions per person, rows per (person, partition) weighted 1/P): not private.
+    def representative(self, b: int) -> float:
+        """The value a bucket stands for: the middle of its whole numbers; twice the top edge for
+        the bucket above the grid (only its row totals use it: every L and C a tuner considers
+        lies on the grid, where min(P, L) and min(r, C) are exact for that bucket)."""
+        if not 0 <= b < self.size:
+            raise ValueError(f"bucket {b} is outside [0, {self.size})")
+        if b == len(self.edges):
+            return 2.0 * self.edges[-1]
+        low = self.edges[b - 1] + 1 if b else 1
+        return (low + self.edges[b]) / 2
 
-        ``persons``: for each person, the row count of each partition they touch (P ≥ 1 counts).
-        """
-        partitions, rows = [0.0] * self.size, [0.0] * self.size
+    def pair_counts(self, persons: Iterable[Sequence[int]]) -> dict[tuple[int, int], int]:
+        """(P, bucket of r) → number of (person, partition) pairs: the exact, integer statistic
+        the Beam side sums. ``persons``: for each person, the row count of each partition they
+        touch."""
+        out: dict[tuple[int, int], int] = {}
         for counts in persons:
             if not counts:
                 raise ValueError("every person touches at least one partition")
-            partitions[self.bucket(len(counts))] += 1.0
-            weight = 1.0 / len(counts)
+            p = len(counts)
             for c in counts:
-                rows[self.bucket(c)] += weight
-        return partitions, rows
+                cell = (p, self.bucket(c))
+                out[cell] = out.get(cell, 0) + 1
+        return out
 
-    def release(
-        self, persons: Iterable[Sequence[int]], rng: KeyedRng
-    ) -> tuple[list[float], list[float]]:
-        """Both histograms with Laplace(1/ε) on every bucket: ε-DP each (module docstring)."""
+    def from_pair_counts(self, pairs: Mapping[tuple[int, int], int]) -> Grid:
+        """The exact joint histogram (rows: bucket of P; columns: bucket of r): not private."""
+        grid = [[0.0] * self.size for _ in range(self.size)]
+        for (p, rb), n in sorted(pairs.items()):  # a fixed order: the same floats every run
+            _count(p, "P")
+            _count(n, "a pair count")
+            if not 0 <= rb < self.size:
+                raise ValueError(f"bucket {rb} is outside [0, {self.size})")
+            grid[self.bucket(p)][rb] += n / p
+        return grid
+
+    def exact(self, persons: Iterable[Sequence[int]]) -> Grid:
+        """The joint histogram of ``persons`` (see :meth:`pair_counts`): not private."""
+        return self.from_pair_counts(self.pair_counts(persons))
+
+    def add_noise(self, exact: Grid, rng: KeyedRng) -> Grid:
+        """Laplace(1/ε) on every cell, row by row: pure ε-DP (module docstring)."""
+        if len(exact) != self.size or any(len(row) != self.size for row in exact):
+            raise ValueError(f"expected a {self.size}×{self.size} histogram")
         eps = float(Fraction(self.epsilon))
-        return tuple(  # type: ignore[return-value]
-            [laplace_mechanism(v, sensitivity=1.0, epsilon=eps, rng=rng) for v in hist]
-            for hist in self.exact(persons)
-        )
+        return [[laplace_mechanism(v, sensitivity=1.0, epsilon=eps, rng=rng) for v in row]
+                for row in exact]  # fmt: skip
+
+    def release(self, persons: Iterable[Sequence[int]], rng: KeyedRng) -> Grid:
+        """The joint histogram with Laplace(1/ε) on every cell: pure ε-DP."""
+        return self.add_noise(self.exact(persons), rng)
+
+    @staticmethod
+    def partitions_per_person(grid: Grid) -> list[float]:
+        """Persons by bucket of P (row sums; post-processing of the released grid)."""
+        return [sum(row) for row in grid]
+
+    @staticmethod
+    def rows_per_pair(grid: Grid) -> list[float]:
+        """Rows per (person, partition), each person weighing 1 (column sums)."""
+        return [sum(col) for col in zip(*grid, strict=True)]

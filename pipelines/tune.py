@@ -1,0 +1,229 @@
+"""``userdp tune JOB.toml``: measure how persons contribute, privately, and recommend L and C.
+
+Order (``run_tune``), as in a release (:mod:`.job`):
+
+1. **Check** the job as ``userdp run`` would (runner options, input files and schemas, the plan)
+   and fix the tuning's split (:mod:`.tune_model`): one measurement per ``by`` of a tuned query.
+2. **Charge** the ledger, when the job has one, with the tuning's ε under its own release id
+   (``<scope>-tune-<time>``), in the kind of the job's total (pure ε-DP is ε²/2-zCDP, Bun &
+   Steinke 2016, Prop. 1.4, for a ρ ledger). Nothing is charged when the job has no ledger; the
+   spend is still stated in the tuning manifest.
+3. **Measure** on Beam (:class:`~userdp.transforms.contribution_structure.ContributionStructure`):
+   the same reader and ByPerson as a release, all noise in the measurement's final step.
+4. **Recommend** (post-processing of the noisy measurements and the plan) and write, in the
+   tuning directory (default ``<job>.tune/`` beside the job file): ``measurements.json`` (the DP
+   values), ``report.html`` (:mod:`.tune_report`), ``manifest.json`` (what was spent, with which
+   mechanisms, the ledger's charge, every file's SHA-256); and beside the job file a new job file
+   with the recommended bounds (:mod:`.tune_jobfile`) — the original is never touched.
+
+A failed pipeline takes its charge back (nothing was computed from the data that left it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+
+from userdp.transforms.by_person import ByPerson
+from userdp.transforms.contribution_structure import ContributionStructure
+from userdp.transforms.keys import ReleaseKeys
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
+from userdp.transforms.mechanisms.accounting import Budget as Guarantee
+from userdp.transforms.mechanisms.rng import ReleaseKey, new_release_secret
+from userdp.transforms.release import Budget, Release
+
+from . import charging
+from .config import JobConfig
+from .config_fields import ConfigError
+from .job import _check
+from .ledger import Cost, Reservation
+from .progress import Progress
+from .publish import file_sha256
+from .release_graph import default_shards
+from .release_inputs import release_artifacts
+from .sources import ReadArrowTables
+from .tune_jobfile import tuned_job_path, write_tuned_job
+from .tune_model import Recommendation, TuneGroups, recommend, tuning_groups, untuned_reason
+
+MEASUREMENTS = "measurements.json"
+DEFAULT_EPSILON = Fraction(1, 10)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    recommendations: list[Recommendation]
+    untuned: dict[str, str]  # query → why it is not tuned
+    directory: str
+    job_file: str | None  # the new job file (None: nothing to change)
+    epsilon: Fraction
+    reservation: Reservation | None
+
+
+def tuning_cost(total: Guarantee, epsilon: Fraction) -> Cost:
+    """The tuning's pure ε in the kind of the job's total (module docstring)."""
+    if isinstance(total, ZCDP):
+        return Cost(ZCDP(epsilon * epsilon / 2))
+    if isinstance(total, ApproxDP):
+        return Cost(ApproxDP(epsilon, Fraction(0)))
+    return Cost(PureDP(epsilon))
+
+
+def default_directory(job: JobConfig) -> str:
+    if not job.source:
+        raise ConfigError("--out", None, "a directory (the job has no file to put it beside)")
+    src = Path(job.source)
+    return str(src.with_name(src.stem + ".tune"))
+
+
+def _measure(
+    job: JobConfig,
+    checked: Any,
+    *,
+    groups: TuneGroups,
+    keys: ReleaseKeys,
+    epsilon: Fraction,
+    noise: bool,
+    workdir: str,
+) -> dict[str, Any]:
+    release = Release._for_launcher(Budget(epsilon=epsilon), keys, noise=noise)
+    schema = checked.schema
+    shards = default_shards(job.runner.name, checked.options, schema.total_bytes)
+    prefix = os.path.join(workdir, "measurements")
+    with beam.Pipeline(runner=checked.runner, options=checked.options) as pipeline:
+        tables = pipeline | "Read" >> ReadArrowTables(schema)
+        people = tables | "ByPerson" >> ByPerson(
+            release, schema.person, keys={}, values=(), num_shards=shards, schema=schema
+        )
+        measured = [people | p.name >> ContributionStructure(p) for p in groups.plans]
+        _ = (
+            measured
+            | "All" >> beam.Flatten()
+            | "Json" >> beam.Map(lambda m: json.dumps(m, sort_keys=True))
+            | "Write"
+            >> beam.io.WriteToText(prefix, shard_name_template="", file_name_suffix=".jsonl")
+        )
+    with open(prefix + ".jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {r["name"]: r for r in rows}
+
+
+def run_tune(
+    job: JobConfig,
+    epsilon: Fraction | None = None,
+    out_dir: str | None = None,
+    beam_args: Sequence[str] = (),
+    *,
+    release_key: ReleaseKey | None = None,
+    noise: bool = True,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Checks, charges, measures and recommends (module docstring). ``release_key`` and
+    ``noise=False`` are test hooks (a fixed secret; exact measurements)."""
+    progress = progress or Progress(None)
+    eps = Fraction(epsilon) if epsilon is not None else DEFAULT_EPSILON
+    if eps <= 0:
+        raise ConfigError("--epsilon", float(eps), "a positive number")
+    directory = out_dir or default_directory(job)
+    progress.stage(f"checking the job file and its inputs ({job.source})")
+    checked = _check(job, beam_args)
+    untuned = {q.name: r for q in job.queries if (r := untuned_reason(q)) is not None}
+    groups = tuning_groups(job, eps)
+    if not groups.plans:
+        return TuneResult([], untuned, directory, None, Fraction(0), None)
+    reservation = None
+    if job.ledger is not None:
+        progress.stage(f"charging the ledger ε = {float(eps):g} for tuning")
+        rid = charging.new_release_id(job.ledger.scope + "-tune")
+        artifacts = release_artifacts(job, checked.secret_check)
+        cost = tuning_cost(checked.plan.total, eps)
+        reservation = charging.reserve_cost(
+            job,
+            cost,
+            files=checked.schema.files,
+            release_id=rid,
+            artifacts=artifacts,
+            config_hash=job.config_hash + "+tune",
+        )
+    if release_key is not None:
+        keys = ReleaseKeys(release_key)
+    else:
+        secret = reservation.secret if reservation is not None else new_release_secret()
+        keys = ReleaseKeys.from_secret(secret, job.release.secret_path)
+    workdir = tempfile.mkdtemp(prefix="userdp-tune-")
+    try:
+        with progress.running(f"measuring contributions on {job.runner.name}"):
+            measurements = _measure(
+                job, checked, groups=groups, keys=keys, epsilon=eps, noise=noise, workdir=workdir
+            )
+    except BaseException:
+        if reservation is not None:
+            charging.cancel(job, reservation)
+        raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    recs = recommend(job, checked.plan, groups, measurements)
+    job_file = None
+    if any((r.new.L, r.new.C) != (r.old.L, r.old.C) for r in recs):
+        job_file = write_tuned_job(job, recs, tuned_job_path(job))
+    _write_outputs(
+        directory, job, groups=groups, measurements=measurements, recs=recs, untuned=untuned,
+        eps=eps, reservation=reservation, job_file=job_file,
+    )  # fmt: skip
+    if reservation is not None:
+        charging.complete(job, reservation, {"tune": directory}, _manifest_bytes(directory))
+    return TuneResult(recs, untuned, directory, job_file, eps, reservation)
+
+
+def _manifest_bytes(directory: str) -> bytes:
+    return Path(directory, "manifest.json").read_bytes()
+
+
+def _write_outputs(
+    directory: str,
+    job: JobConfig,
+    *,
+    groups: TuneGroups,
+    measurements: dict[str, Any],
+    recs: list[Recommendation],
+    untuned: dict[str, str],
+    eps: Fraction,
+    reservation: Reservation | None,
+    job_file: str | None,
+) -> None:
+    """measurements.json, report.html and, last, manifest.json (module docstring)."""
+    from .tune_report import render_tuning  # noqa: PLC0415 (matplotlib loads slowly)
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)  # incomplete until it is written again
+    (out / MEASUREMENTS).write_text(json.dumps(measurements, indent=1, sort_keys=True) + "\n")
+    (out / "report.html").write_text(render_tuning(recs, untuned, float(eps)), encoding="utf-8")
+    files = {}
+    for name in (MEASUREMENTS, "report.html"):
+        sha, size = file_sha256(str(out / name))
+        files[name] = {"bytes": size, "sha256": sha}
+    manifest = {
+        "kind": "tuning",
+        "job": job.source,
+        "config_hash": job.config_hash,
+        "spent": PureDP(eps).to_manifest(),
+        "neighbouring": "add/remove one person",
+        "measurements": [p.to_manifest() for p in groups.plans],
+        "recommendations": [r.to_manifest() for r in recs],
+        "not_tuned": untuned,
+        "tuned_job_file": job_file,
+        "files": files,
+    }
+    if reservation is not None:
+        manifest["ledger"] = reservation.to_manifest()
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    (out / "manifest.json").write_text(text, encoding="utf-8")

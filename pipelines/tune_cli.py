@@ -1,0 +1,120 @@
+"""``userdp tune JOB.toml [--epsilon E] [--out DIR]``: the command's arguments and its output.
+
+Exit codes as ``userdp run``'s (:mod:`.cli`): 2 for the job file, inputs or locations (nothing
+charged), 3 when the ledger refuses, 1 when the measurement itself failed (its charge taken back).
+Library messages may quote data: they go to the operator-only log (:mod:`.private_log`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from fractions import Fraction
+from typing import Any
+
+from .config import ConfigError, load_job
+
+TUNE_HELP = "measure contributions privately and recommend L and C (writes a new job file)"
+
+
+def add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", metavar="JOB.toml", help="the job file")
+    p.add_argument(
+        "--epsilon",
+        default=None,
+        help="pure ε the measurements spend (default 0.1); charged to the job's ledger",
+    )
+    p.add_argument(
+        "--out", default=None, help="directory for the report and manifest (default JOB.tune/)"
+    )
+    p.add_argument("beam_args", nargs=argparse.REMAINDER, help="Beam pipeline options")
+
+
+def _epsilon(text: str | None) -> Fraction | None:
+    if text is None:
+        return None
+    try:
+        eps = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError("--epsilon", text, "a positive number, e.g. 0.1") from None
+    if eps <= 0:
+        raise ConfigError("--epsilon", text, "a positive number, e.g. 0.1")
+    return eps
+
+
+def run_tune_command(args: argparse.Namespace) -> int:
+    from .private_log import PrivateLog  # noqa: PLC0415
+
+    with PrivateLog() as log:
+        code = _tune_logged(args, log)
+    if log.path is not None:
+        print(f"userdp tune: details for the operator only are in {log.path}", file=sys.stderr)
+    return code
+
+
+def _tune_logged(args: argparse.Namespace, log: Any) -> int:
+    from userdp.transforms.keys import KeyFileError  # noqa: PLC0415
+
+    from .cli import _take_flag  # noqa: PLC0415 (cli imports this module)
+    from .ledger import LedgerError  # noqa: PLC0415
+    from .progress import Progress  # noqa: PLC0415
+    from .publish import OutputLocationError  # noqa: PLC0415
+    from .sources import SchemaError  # noqa: PLC0415
+    from .tune import run_tune  # noqa: PLC0415 (Beam loads only when used)
+
+    # flags after the job file reach argparse's remainder (the Beam flags): take ours back
+    epsilon, beam_args = _take_flag(list(args.beam_args), "--epsilon")
+    out, beam_args = _take_flag(beam_args, "--out")
+    try:
+        job = load_job(args.job)
+        eps = _epsilon(epsilon or args.epsilon)
+        result = run_tune(job, eps, out or args.out, beam_args, progress=Progress(sys.stderr))
+    except (ConfigError, SchemaError, OutputLocationError, KeyFileError) as e:
+        print(f"userdp tune: {e}", file=sys.stderr)
+        return 2
+    except LedgerError as e:
+        print(f"userdp tune: {e}", file=sys.stderr)
+        return 3
+    except Exception as e:
+        log.exception(e)
+        print(
+            f"userdp tune: the measurement failed ({type(e).__name__}); its charge, if any, was "
+            "taken back",
+            file=sys.stderr,
+        )
+        return 1
+    print_tune_result(result)
+    return 0
+
+
+def print_tune_result(result: Any) -> None:
+    from .tune_model import relative  # noqa: PLC0415
+
+    if not result.recommendations:
+        print("nothing to tune: no count or persons query per partition with numeric bounds")
+    else:
+        print(f"spent pure ε = {float(result.epsilon):g} on the measurements")
+        print("expected |error| per partition (clipped rows spread over the partitions + noise):")
+    for r in result.recommendations:
+
+        def bounds(s: Any) -> str:
+            return f"L={s.L}" + ("" if s.C is None else f", C={s.C}")
+
+        print(
+            f"  {r.query}: current {bounds(r.old)} → {r.old.shown_error:.4g}; "
+            f"recommended {bounds(r.new)} → {r.new.shown_error:.4g} "
+            f"({relative(r.old.shown_error, r.new.shown_error)} less error)"
+        )
+    for q, why in result.untuned.items():
+        print(f"  {q}: not tuned ({why})")
+    if result.job_file:
+        print(f"new job file (the original is unchanged): {result.job_file}")
+    elif result.recommendations:
+        print("the job's bounds are already the recommended ones: no new job file")
+    if result.recommendations:
+        print(f"report and manifest: {result.directory}/report.html, manifest.json")
+    r = result.reservation
+    if r is not None:
+        print(f"charged {r.counted} to {r.scope!r} (tuning run {r.release_id})")
+    elif result.recommendations:
+        print("no [ledger] in the job file: this spend is not recorded across runs")

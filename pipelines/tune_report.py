@@ -1,0 +1,124 @@
+"""The tuning run's ``report.html``: the expected error against L, C and the budget, with the
+current and the recommended settings marked.
+
+Every curve is the model of :mod:`userdp.transforms.mechanisms.bound_recommendation` evaluated on
+the *noisy* measurements and the plan (post-processing): bias (clipped rows spread over the
+partitions) plus the noise's mean absolute value, per partition. Same page conventions as the
+release report (:mod:`.report`): inline SVG, text as paths, no script, no network.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from .report import STYLE, _pyplot, _svg
+from .tune_model import Recommendation, error_vs_budget, relative
+
+FACTORS = tuple(2.0**k for k in range(-4, 5))
+
+
+def _curve_chart(r: Recommendation, axis: str) -> str | None:
+    """Error against L (C at the recommendation) or against C (L at the recommendation)."""
+    if axis == "C" and r.new.C is None:
+        return None
+    fixed = r.new.C if axis == "L" else r.new.L
+    points = sorted(
+        ((s.L if axis == "L" else s.C or 0), s)
+        for s in r.settings
+        if (s.C if axis == "L" else s.L) == fixed
+    )
+    if len(points) < 2:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    xs = [x for x, _ in points]
+    ax.plot(xs, [s.shown_error for _, s in points], marker="o", label="expected error")
+    ax.plot(xs, [s.shown_bias for _, s in points], linestyle="--", label="bias (clipping)")
+    ax.plot(xs, [s.noise for _, s in points], linestyle=":", label="noise")
+    new_x = r.new.L if axis == "L" else r.new.C
+    ax.scatter([new_x], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
+               label=f"recommended {axis} = {new_x}")  # fmt: skip
+    old_x = r.old.L if axis == "L" else r.old.C
+    if (r.old.C if axis == "L" else r.old.L) == fixed:
+        ax.scatter([old_x], [r.old.shown_error], s=120, marker="x", color="#b5524a", zorder=5,
+                   label=f"current {axis} = {old_x}")  # fmt: skip
+    else:
+        ax.axvline(old_x, color="#b5524a", linestyle="-.", label=f"current {axis} = {old_x}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    other = "C" if axis == "L" else "L"
+    ax.set_xlabel("L: partitions per person" if axis == "L" else "C: rows per person and partition")
+    ax.set_ylabel("expected |error| per partition")
+    ax.set_title(f"{r.query}: error vs {axis}" + (f" ({other} = {fixed})" if fixed else ""))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
+    plt = _pyplot()
+    points = error_vs_budget(r, FACTORS)
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    xs = [f for f, _, _ in points]
+    ax.plot(xs, [c for _, c, _ in points], marker="o", label="recommended bounds, fixed")
+    ax.plot(xs, [b for _, _, b in points], linestyle="--", label="best bounds at each budget")
+    ax.scatter([1.0], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
+               label=f"this job ({epsilon_job})")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("the query's budget, as a multiple of its share in this job")
+    ax.set_ylabel("expected |error| per partition")
+    ax.set_title(f"{r.query}: error vs budget")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def _row(r: Recommendation) -> str:
+    def bounds(L: int, C: int | None) -> str:
+        return f"L = {L}" + ("" if C is None else f", C = {C}")
+
+    return (
+        f"<tr><td class='key'>{html.escape(r.query)}</td><td>{r.metric}</td>"
+        f"<td>{bounds(r.old.L, r.old.C)}</td><td>{r.old.shown_error:.4g}</td>"
+        f"<td>{bounds(r.new.L, r.new.C)}</td><td>{r.new.shown_error:.4g}</td>"
+        f"<td>{relative(r.old.shown_error, r.new.shown_error)}</td>"
+        f"<td>{r.partitions:.4g} ({html.escape(r.partitions_from)})</td></tr>"
+    )
+
+
+def render_tuning(
+    recs: Sequence[Recommendation], untuned: Mapping[str, str], epsilon: float
+) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<title>userdp tuning report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>Tuning report</h1>",
+        f"<p class='note'>Contribution bounds chosen from differentially private measurements "
+        f"(pure ε = {epsilon:.4g}, charged to the ledger when the job has one). Every curve is "
+        "a model evaluated on those noisy measurements and the job's plan: the expected absolute "
+        "error per partition against the unbounded truth — rows clipped by the bounds, spread "
+        "over the partitions, plus the noise's mean absolute value.</p>",
+        "<table><tr><th>query</th><th>metric</th><th>current</th><th>expected error</th>"
+        "<th>recommended</th><th>expected error</th><th>current / recommended</th>"
+        "<th>partitions</th></tr>",
+        *(_row(r) for r in recs),
+        "</table>",
+    ]
+    for r in recs:
+        name = html.escape(r.query)
+        parts.append(f'<h2 id="query-{name}">{name}</h2>')
+        for axis in ("L", "C"):
+            chart = _curve_chart(r, axis)
+            if chart:
+                parts.append(f'<figure class="plot" id="plot-{name}-{axis}">{chart}</figure>')
+        budget = _budget_chart(r, "ε share × 1")
+        parts.append(f'<figure class="plot" id="plot-{name}-budget">{budget}</figure>')
+    if untuned:
+        parts.append("<h2>Not tuned</h2><ul>")
+        parts += [f"<li>{html.escape(q)}: {html.escape(why)}</li>" for q, why in untuned.items()]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

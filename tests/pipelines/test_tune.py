@@ -1,0 +1,186 @@
+"""`userdp tune`: exact measurements with noise off, the recommendation is the model's best, the
+new job file beside the original, the ledger books the spend, the noise model matches the plan,
+and misuse is refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import defaultdict
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from userdp.pipelines.cli import main
+from userdp.pipelines.config import ConfigError, load_job
+from userdp.pipelines.generate import LogShape, generate
+from userdp.pipelines.plan import plan_release
+from userdp.pipelines.tune import run_tune
+from userdp.pipelines.tune_model import noise_model
+from userdp.transforms.mechanisms.bound_recommendation import (
+    ContributionModel,
+    best,
+    count_settings,
+)
+from userdp.transforms.mechanisms.contribution_histogram import ContributionHistograms
+from userdp.transforms.mechanisms.rng import ReleaseKey
+
+KEY = ReleaseKey(bytes(range(32)))
+JOB = """\
+# a job to tune
+[input]
+path = "{data}"
+person = "person_id"
+
+[budget]
+epsilon = 1.0
+delta = 1e-6
+
+[output]
+path = "release/"
+{ledger}
+[[queries]]
+name = "visits"
+metric = "count"
+by = ["domain"]
+max_partitions_per_person = 1   # a guess
+max_rows_per_partition = 1
+
+[[queries]]
+name = "people"
+metric = "persons"
+by = ["domain"]
+max_partitions_per_person = 1
+
+[[queries]]
+name = "mean_duration"
+metric = "mean"
+by = ["domain"]
+value = "duration_s"
+bounds = [0.0, 600.0]
+max_partitions_per_person = 2
+max_rows_per_partition = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tune")
+    generate(3000, str(root / "logs.parquet"), seed=3, shape=LogShape(domains=12))
+    return root
+
+
+def write_job(root: Path, where: str, ledger: str = "") -> Path:
+    """The job file in its own directory ``root/where`` (tune writes beside it)."""
+    (root / where).mkdir()
+    path = root / where / "job.toml"
+    path.write_text(JOB.format(data=root / "logs.parquet", ledger=ledger))
+    return path
+
+
+def exact_pairs(root: Path) -> dict[str, dict[str, int]]:
+    table = pq.read_table(root / "logs.parquet", columns=["person_id", "domain"]).to_pylist()
+    per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in table:
+        per[str(row["person_id"])][row["domain"]] += 1
+    return per
+
+
+def test_noise_off_measures_the_exact_histogram_and_recommends_the_models_best(
+    logs: Path,
+) -> None:
+    job = load_job(write_job(logs, "exact"))
+    result = run_tune(job, Fraction(1, 10), str(logs / "out"), release_key=KEY, noise=False)
+    measured = json.loads((logs / "out" / "measurements.json").read_text())
+    (m,) = measured.values()
+    per = exact_pairs(logs)
+    h = ContributionHistograms(epsilon=Fraction(1, 20), max_exponent=8)
+    assert m["histogram"] == h.exact([list(d.values()) for d in per.values()])
+    # each person picks one partition: between 1 and every domain are picked
+    assert 1 <= m["partitions"] <= 12
+    visits, people = result.recommendations
+    model = ContributionModel(h, m["histogram"], 8.0)
+    noise_abs, _ = noise_model(job, 0)
+    assert visits.new == best(count_settings(model, m["partitions"], noise_abs))
+    assert (visits.old.L, visits.old.C) == (1, 1) and people.new.C is None
+    assert visits.new.error < visits.old.error  # L = C = 1 clips most rows of this log
+    assert set(result.untuned) == {"mean_duration"}
+
+
+def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Path) -> None:
+    path = write_job(logs, "beside")
+    original = path.read_text()
+    first = run_tune(load_job(path), None, str(logs / "t1"), release_key=KEY)
+    second = run_tune(load_job(path), None, str(logs / "t2"), release_key=KEY)
+    assert path.read_text() == original
+    assert first.job_file == str(logs / "beside" / "job.tuned.toml")
+    assert second.job_file == str(logs / "beside" / "job.tuned-2.toml")  # never overwritten either
+    tuned = load_job(first.job_file)
+    for r in first.recommendations:
+        q = next(q for q in tuned.queries if q.name == r.query)
+        assert q.max_partitions_per_person == r.new.L
+    assert "# userdp tune: was 1" in Path(first.job_file).read_text()
+    assert "# a guess" not in Path(first.job_file).read_text().split("was 1")[1].split("\n")[1]
+    manifest = json.loads((logs / "t1" / "manifest.json").read_text())
+    assert manifest["kind"] == "tuning" and manifest["spent"]["epsilon"] == pytest.approx(0.1)
+    assert set(manifest["files"]) == {"measurements.json", "report.html"}
+    assert manifest["tuned_job_file"] == first.job_file
+
+
+def test_the_noise_model_matches_re_planning_at_other_bounds(logs: Path) -> None:
+    job = load_job(write_job(logs, "model"))
+    plan = plan_release(job)
+    for i, (L, C) in enumerate([(8, 4), (3, None)]):
+        q = job.queries[i]
+        noise_abs, _ = noise_model(job, i)
+        moved = dataclasses.replace(
+            q, max_partitions_per_person=L, max_rows_per_partition=C or q.max_rows_per_partition
+        )
+        queries = tuple(moved if j == i else x for j, x in enumerate(job.queries))
+        again = plan_release(dataclasses.replace(job, queries=queries))
+        sd = again.queries[i].to_manifest()["statistic"]["stddev"]
+        assert noise_abs(L, C) / noise_abs(q.max_partitions_per_person, 1) == pytest.approx(
+            sd / plan.queries[i].to_manifest()["statistic"]["stddev"], rel=1e-6
+        )
+
+
+def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = logs / "ledger.sqlite"
+    path = write_job(logs, "ledger", f'[ledger]\npath = "{ledger}"\nscope = "logs"\n')
+    assert main(["ledger", "set-cap", "--scope", "logs", "--epsilon", "0.25",
+                 "--ledger", str(ledger)]) == 0  # fmt: skip
+    assert main(["tune", str(path), "--epsilon", "0.2", "--out", str(logs / "t3")]) == 0
+    out = capsys.readouterr().out
+    assert "charged" in out and "tuning run logs-tune-" in out
+    manifest = json.loads((logs / "t3" / "manifest.json").read_text())
+    assert manifest["ledger"]["scope"] == "logs"
+    assert main(["ledger", "show", "--json", "--ledger", str(ledger)]) == 0
+    (account,) = json.loads(capsys.readouterr().out)
+    assert account["scope"] == "logs" and account["spent"]["epsilon_exact"] == "1/5"
+    # a second tuning run would spend 0.4 > 0.25: refused, nothing measured
+    assert main(["tune", str(path), "--epsilon", "0.2", "--out", str(logs / "t4")]) == 3
+    assert not (logs / "t4").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [("0", r"--epsilon = '0': expected a positive number"),
+     ("abc", r"--epsilon = 'abc': expected a positive number")],
+)  # fmt: skip
+def test_misuse_is_refused_by_name(
+    logs: Path, flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_job(logs, f"misuse-{flag}")
+    assert main(["tune", str(path), "--epsilon", flag]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_job_without_a_file_needs_an_output_directory(logs: Path) -> None:
+    job = dataclasses.replace(load_job(write_job(logs, "nofile")), source="")
+    with pytest.raises(ConfigError, match=r"--out = None: expected a directory"):
+        run_tune(job, Fraction(1, 10), None, release_key=KEY)

@@ -1,0 +1,197 @@
+"""``ContributionStructure``: the private measurements ``userdp tune`` chooses L and C from.
+
+Applied to a release's persons (``release.ByPerson(...)``'s output), for one set of ``by`` columns:
+
+1. per person shard (the release's one shuffle by person), each person's row count in each
+   partition they touch and their number of partitions P — pure pyarrow/numpy, no noise;
+   summed as integer pair counts per (P, bucket of r) over shards, in any order;
+2. optionally, for private partitions, the partitions *someone picked*: each person picks one of
+   their partitions by a keyed hash of (person, partition) — a function of their own rows only —
+   and the distinct picks are counted: removing a person removes at most their pick, so the count
+   has sensitivity 1. It estimates how many partitions hold enough persons to matter (a partition
+   with many persons is almost surely someone's pick); the tuner divides the clipped rows by it;
+3. one final step adds the noise: Laplace(1/ε_h) on every cell of the joint histogram
+   (:mod:`.mechanisms.contribution_histogram`) and Laplace(1/ε_k) on the count of picks.
+
+Guarantee: pure (ε_h + ε_k)-DP for adding or removing one person (basic composition of two
+Laplace mechanisms on L1 sensitivity 1, ``../shared/seeds``); the share is booked with the release
+when the transform is applied, like any metric's. Output: one dict
+``{"histogram": [[float]], "partitions": float | None}`` — DP values only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.pvalue import PCollection
+
+from .by_person import people_of
+from .keys import NoiseKey
+from .mechanisms.accounting import PureDP
+from .mechanisms.additive import laplace_mechanism
+from .mechanisms.contribution_histogram import ContributionHistograms, Grid
+from .noisy_combine import canonical_key_string
+from .validate import PERSON_COLUMN
+
+PairCounts = dict[tuple[int, int], int]
+
+
+@dataclass(frozen=True)
+class StructurePlan:
+    """Public facts of one measurement: its name, ``by``, the histogram and the picks' ε."""
+
+    name: str
+    by: tuple[str, ...]
+    histogram: ContributionHistograms
+    partitions_epsilon: Fraction | None  # None: the partitions are public, nothing is counted
+
+    @property
+    def share(self) -> PureDP:
+        eps = Fraction(self.histogram.epsilon) + (self.partitions_epsilon or 0)
+        return PureDP(eps)
+
+    @property
+    def output_columns(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def to_manifest(self) -> dict[str, Any]:
+        h = self.histogram
+        return {
+            "name": self.name,
+            "measurement": "contribution_structure",
+            "by": list(self.by),
+            "neighbouring": "add/remove one person",
+            "share": self.share.to_manifest(),
+            "histogram": {
+                "mechanism": "laplace",
+                "epsilon": float(Fraction(h.epsilon)),
+                "l1_sensitivity": 1.0,
+                "buckets": list(h.edges),
+                "cells": "1/P per (person, partition) at (bucket of P, bucket of rows)",
+            },
+            "partitions": None
+            if self.partitions_epsilon is None
+            else {
+                "mechanism": "laplace",
+                "epsilon": float(self.partitions_epsilon),
+                "l1_sensitivity": 1.0,
+                "counts": "distinct partitions picked by a person (one pick each)",
+            },
+        }
+
+    def plan_lines(self) -> list[str]:
+        return [
+            f"contribution structure by {list(self.by)}: pure ε = {float(self.share.epsilon):.4g}"
+        ]
+
+
+def _pick_hash(key: bytes, person: str, partition: str) -> bytes:
+    return hashlib.blake2b(f"{person}\0{partition}".encode(), key=key, digest_size=8).digest()
+
+
+def shard_structure(
+    table: pa.Table, by: tuple[str, ...], edges: Iterable[int], pick_key: bytes | None
+) -> tuple[PairCounts, set[str]]:
+    """One person shard (all rows of its persons): pair counts per (P, bucket of r) and the
+    canonical keys the shard's persons picked (empty without ``pick_key``). Not private."""
+    if table.num_rows == 0:
+        return {}, set()
+    pairs = table.group_by([PERSON_COLUMN, *by]).aggregate([([], "count_all")])
+    persons = pairs.column(PERSON_COLUMN).to_numpy(zero_copy_only=False)
+    _, inverse, per_person = np.unique(persons, return_inverse=True, return_counts=True)
+    p = per_person[inverse]
+    r = pairs.column("count_all").to_numpy()
+    rb = np.searchsorted(np.asarray(list(edges)), r)  # bisect_left, as ContributionHistograms
+    cells, n = np.unique(np.stack([p, rb], axis=1), axis=0, return_counts=True)
+    counts = {(int(a), int(b)): int(c) for (a, b), c in zip(cells, n, strict=True)}
+    picks: set[str] = set()
+    if pick_key is not None:
+        keys = zip(*(pairs.column(c).to_pylist() for c in by), strict=True)
+        best: dict[str, tuple[bytes, str]] = {}
+        for person, key in zip(persons.tolist(), keys, strict=True):
+            text = canonical_key_string(key)
+            h = _pick_hash(pick_key, person, text)
+            if person not in best or (h, text) < best[person]:
+                best[person] = (h, text)
+        picks = {text for _, text in best.values()}
+    return counts, picks
+
+
+class _MergeStructure(beam.CombineFn):
+    """Sums pair counts (integers: any order gives the same totals) and unites the picks."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
+
+    def create_accumulator(self) -> tuple[PairCounts, set[str]]:
+        return {}, set()
+
+    def add_input(self, acc: Any, element: Any) -> Any:
+        return self.merge_accumulators([acc, element])
+
+    def merge_accumulators(self, accs: Iterable[Any]) -> Any:
+        counts: PairCounts = {}
+        picks: set[str] = set()
+        for c, p in accs:
+            for k, v in c.items():
+                counts[k] = counts.get(k, 0) + v
+            picks |= p
+        return counts, picks
+
+    def extract_output(self, acc: Any) -> Any:
+        return acc
+
+
+class _AddNoise:
+    def __init__(self, plan: StructurePlan, key: NoiseKey, noise: bool) -> None:
+        self._plan, self._key, self._noise = plan, key, noise
+
+    def __call__(self, merged: tuple[PairCounts, set[str]]) -> dict[str, Any]:
+        counts, picks = merged
+        h = self._plan.histogram
+        grid: Grid = h.from_pair_counts(counts)
+        partitions: float | None = None
+        if self._noise:
+            grid = h.add_noise(grid, self._key.rng("histogram"))
+        if self._plan.partitions_epsilon is not None:
+            partitions = float(len(picks))
+            if self._noise:
+                eps = float(self._plan.partitions_epsilon)
+                rng = self._key.rng("partitions")
+                partitions = laplace_mechanism(partitions, sensitivity=1.0, epsilon=eps, rng=rng)
+        return {"name": self._plan.name, "histogram": grid, "partitions": partitions}
+
+
+class ContributionStructure(beam.PTransform[Any, Any]):
+    """Persons → one dict of DP measurements (module docstring). ``plan``: public parameters."""
+
+    def __init__(self, plan: StructurePlan) -> None:
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        people = people_of(rows, "ContributionStructure")
+        release, plan = people.release, self._plan
+        missing = [c for c in plan.by if c not in dict(people.schema.keys)]
+        if missing:
+            raise ValueError(f"ContributionStructure: {missing} are not key columns of ByPerson")
+        release._bind(rows.pipeline)
+        release._register(plan.name, plan, Fraction(0))
+        keys = release._query_keys()
+        pick_key = keys.subkey("tune-pick", plan.name) if plan.partitions_epsilon else None
+        edges = plan.histogram.edges
+        by = plan.by
+        out: PCollection[Any] = (
+            people.shards()
+            | "Structure" >> beam.MapTuple(lambda _, t: shard_structure(t, by, edges, pick_key))
+            | "Merge" >> beam.CombineGlobally(_MergeStructure())
+            | "Noise" >> beam.Map(_AddNoise(plan, keys.for_query(plan.name), release._noise))
+        )
+        return out
