@@ -47,7 +47,7 @@ from .config_fields import ConfigError
 from .job import _check
 from .ledger import Cost, Reservation
 from .progress import Progress
-from .publish import file_sha256
+from .publish import file_sha256, probe_writable
 from .release_graph import default_shards
 from .release_inputs import release_artifacts
 from .sources import ReadArrowTables
@@ -135,6 +135,9 @@ def run_tune(
     directory = out_dir or default_directory(job)
     progress.stage(f"checking the job file and its inputs ({job.source})")
     checked = _check(job, beam_args)
+    probe_writable(directory, "--out (the tuning directory)")  # before anything is charged
+    if job.source:
+        probe_writable(str(Path(job.source).parent), "the job file's directory (for the new one)")
     untuned = {q.name: r for q in job.queries if (r := untuned_reason(q)) is not None}
     groups = tuning_groups(job, eps)
     if not groups.plans:

@@ -180,6 +180,23 @@ def test_misuse_is_refused_by_name(
     assert re.search(message, capsys.readouterr().err)
 
 
+def test_an_unwritable_tuning_directory_is_refused_before_the_charge(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = logs / "ledger-out.sqlite"
+    path = write_job(logs, "unwritable", f'[ledger]\npath = "{ledger}"\nscope = "logs"\n')
+    assert main(["ledger", "set-cap", "--scope", "logs", "--epsilon", "1",
+                 "--ledger", str(ledger)]) == 0  # fmt: skip
+    blocker = logs / "unwritable" / "a-file"
+    blocker.write_text("")
+    assert main(["tune", str(path), "--out", str(blocker / "tune")]) == 2
+    assert re.search(r"--out \(the tuning directory\) '.*a-file/tune' cannot be written",
+                     capsys.readouterr().err)  # fmt: skip
+    assert main(["ledger", "show", "--json", "--ledger", str(ledger)]) == 0
+    (account,) = json.loads(capsys.readouterr().out)
+    assert account["spent"]["epsilon_exact"] == "0"
+
+
 def test_a_job_without_a_file_needs_an_output_directory(logs: Path) -> None:
     job = dataclasses.replace(load_job(write_job(logs, "nofile")), source="")
     with pytest.raises(ConfigError, match=r"--out = None: expected a directory"):
