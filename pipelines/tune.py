@@ -34,7 +34,7 @@ from typing import Any
 import apache_beam as beam
 
 from userdp.transforms.by_person import ByPerson
-from userdp.transforms.contribution_structure import ContributionStructure
+from userdp.transforms.contribution_structure import ContributionStructure, ValueStructure
 from userdp.transforms.keys import ReleaseKeys
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
 from userdp.transforms.mechanisms.accounting import Budget as Guarantee
@@ -52,7 +52,8 @@ from .release_graph import default_shards
 from .release_inputs import release_artifacts
 from .sources import ReadArrowTables
 from .tune_jobfile import tuned_job_path, write_tuned_job
-from .tune_model import Recommendation, TuneGroups, recommend, tuning_groups, untuned_reason
+from .tune_model import TuneGroups, tuning_groups, untuned_reason
+from .tune_recommend import Recommendation, recommend
 
 MEASUREMENTS = "measurements.json"
 DEFAULT_EPSILON = Fraction(1, 10)
@@ -104,6 +105,7 @@ def _measure(
             release, schema.person, keys={}, values=(), num_shards=shards, schema=schema
         )
         measured = [people | p.name >> ContributionStructure(p) for p in groups.plans]
+        measured += [people | v.name >> ValueStructure(v) for v in groups.values]
         _ = (
             measured
             | "All" >> beam.Flatten()
@@ -175,7 +177,7 @@ def run_tune(
         shutil.rmtree(workdir, ignore_errors=True)
     recs = recommend(job, checked.plan, groups, measurements)
     job_file = None
-    if any((r.new.L, r.new.C) != (r.old.L, r.old.C) for r in recs):
+    if any((r.new.L, r.new.C, r.new.bounds) != (r.old.L, r.old.C, r.old.bounds) for r in recs):
         job_file = write_tuned_job(job, recs, tuned_job_path(job))
     _write_outputs(
         directory, job, groups=groups, measurements=measurements, recs=recs, untuned=untuned,
@@ -220,7 +222,8 @@ def _write_outputs(
         "config_hash": job.config_hash,
         "spent": PureDP(eps).to_manifest(),
         "neighbouring": "add/remove one person",
-        "measurements": [p.to_manifest() for p in groups.plans],
+        "measurements": [p.to_manifest() for p in groups.plans]
+        + [v.to_manifest() for v in groups.values],
         "recommendations": [r.to_manifest() for r in recs],
         "not_tuned": untuned,
         "tuned_job_file": job_file,

@@ -88,7 +88,7 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
 
 
 def print_tune_result(result: Any) -> None:
-    from .tune_model import relative  # noqa: PLC0415
+    from .tune_recommend import relative, setting_text  # noqa: PLC0415
 
     if not result.recommendations:
         print("nothing to tune: no count or persons query per partition with numeric bounds")
@@ -96,15 +96,13 @@ def print_tune_result(result: Any) -> None:
         print(f"spent pure ε = {float(result.epsilon):g} on the measurements")
         print("expected |error| per partition (clipped rows spread over the partitions + noise):")
     for r in result.recommendations:
-
-        def bounds(s: Any) -> str:
-            return f"L={s.L}" + ("" if s.C is None else f", C={s.C}")
-
         print(
-            f"  {r.query}: current {bounds(r.old)} → {r.old.shown_error:.4g}; "
-            f"recommended {bounds(r.new)} → {r.new.shown_error:.4g} "
+            f"  {r.query}: current {setting_text(r.old)} → {r.old.shown_error:.4g}; "
+            f"recommended {setting_text(r.new)} → {r.new.shown_error:.4g} "
             f"({relative(r.old.shown_error, r.new.shown_error)} less error)"
         )
+        if r.note:
+            print(f"    {r.note}")
     for q, why in result.untuned.items():
         print(f"  {q}: not tuned ({why})")
     if result.job_file:

@@ -1,4 +1,4 @@
-"""The tuned job file: the original's text with each tuned query's L and C replaced.
+"""The tuned job file: the original's text with each tuned query's L, C and bounds replaced.
 
 Written beside the original as ``<stem>.tuned.toml`` (``<stem>.tuned-2.toml``, … when that exists:
 an earlier recommendation is never overwritten either), the original untouched. The text is edited
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import JobConfig, load_job
 from .config_fields import ConfigError
-from .tune_model import Recommendation
+from .tune_recommend import Recommendation
 
 _QUERY_HEADER = re.compile(r"^\s*\[\[\s*queries\s*\]\]\s*(#.*)?$")
 _TABLE_HEADER = re.compile(r"^\s*\[")
@@ -49,8 +49,9 @@ def _blocks(lines: list[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _replace(lines: list[str], span: tuple[int, int], key: str, value: int, old: int) -> bool:
-    pattern = re.compile(rf"^(\s*){key}\s*=\s*\d+\s*(#.*)?$")
+def _replace(lines: list[str], span: tuple[int, int], key: str, value: str, old: str) -> bool:
+    number = r"\[[^\]#]*\]" if key == "bounds" else r"\d+"
+    pattern = re.compile(rf"^(\s*){key}\s*=\s*{number}\s*(#.*)?$")
     for i in range(*span):
         m = pattern.match(lines[i])
         if m:
@@ -58,6 +59,10 @@ def _replace(lines: list[str], span: tuple[int, int], key: str, value: int, old:
             lines[i] = f"{indent}# userdp tune: was {old}\n{indent}{key} = {value}"
             return True
     return False
+
+
+def _bounds(b: tuple[float, float]) -> str:
+    return f"[{b[0]!r}, {b[1]!r}]"
 
 
 def write_tuned_job(job: JobConfig, recs: Sequence[Recommendation], path: str) -> str:
@@ -73,9 +78,11 @@ def write_tuned_job(job: JobConfig, recs: Sequence[Recommendation], path: str) -
         )  # fmt: skip
     for r in recs:
         span = blocks[names.index(r.query)]
-        edits = [("max_partitions_per_person", r.new.L, r.old.L)]
+        edits = [("max_partitions_per_person", str(r.new.L), str(r.old.L))]
         if r.new.C is not None and r.old.C is not None:
-            edits.append(("max_rows_per_partition", r.new.C, r.old.C))
+            edits.append(("max_rows_per_partition", str(r.new.C), str(r.old.C)))
+        if r.new.bounds is not None and r.old.bounds is not None:
+            edits.append(("bounds", _bounds(r.new.bounds), _bounds(r.old.bounds)))
         for key, new, old in edits:
             if new != old and not _replace(lines, span, key, new, old):
                 raise ConfigError(
@@ -91,8 +98,11 @@ def write_tuned_job(job: JobConfig, recs: Sequence[Recommendation], path: str) -
     check = load_job(path)
     for r in recs:
         q = next(q for q in check.queries if q.name == r.query)
-        if q.max_partitions_per_person != r.new.L or (
-            r.new.C is not None and q.max_rows_per_partition != r.new.C
+        bounds = None if q.bounds is None else (float(q.bounds[0]), float(q.bounds[1]))
+        if (
+            q.max_partitions_per_person != r.new.L
+            or (r.new.C is not None and q.max_rows_per_partition != r.new.C)
+            or (r.new.bounds is not None and bounds != r.new.bounds)
         ):
             Path(path).unlink()
             raise ConfigError(f"queries.{r.query}", None, "the recommended bounds", "", path)

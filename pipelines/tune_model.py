@@ -1,10 +1,11 @@
-"""``userdp tune``'s public side: which queries are tuned, the tuning budget's split, and each
-query's recommendation from the measurements (post-processing of DP values and the plan).
+"""``userdp tune``'s public side: which queries are tuned, the tuning budget's split, and the
+noise each candidate setting would get (from the job's plan).
 
-Tuned: ``count`` (L and C) and ``persons`` (L) per partition with contribution bounds given as
-numbers. Other queries are listed with the reason they are not tuned (no L or C to choose, or
-bounds on values, whose quantiles the tuner does not measure yet). Queries with the same ``by``
-share one measurement (the contribution structure depends on the person and the partitions only).
+Tuned: ``count`` (L and C), ``persons`` (L), ``sum`` and ``mean`` (L, C and value bounds) per
+partition, with contribution bounds given as numbers. Other queries are listed with the reason
+they are not tuned. Queries with the same ``by`` share one structure measurement (it depends on
+the person and the partitions only); queries reading the same value column share one value
+measurement.
 
 The noise of a setting comes from the job's own plan: the job is re-planned at each candidate L
 (the mechanism, the selection rule and the budget split are the ones ``userdp run`` would use),
@@ -15,44 +16,41 @@ sensitivity (checked against re-planning at other (L, C) in ``tests/pipelines/te
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
-from userdp.transforms.contribution_structure import StructurePlan
+from userdp.transforms.contribution_structure import StructurePlan, ValuePlan
 from userdp.transforms.mechanisms.bound_recommendation import (
     GAUSSIAN_ABS,
     LAPLACE_ABS,
-    ContributionModel,
     NoiseAbs,
-    Setting,
-    best,
-    count_settings,
-    persons_settings,
 )
 from userdp.transforms.mechanisms.contribution_histogram import ContributionHistograms
+from userdp.transforms.mechanisms.value_histogram import ValueHistogram
 
 from .config import JobConfig, QueryConfig
-from .plan import ReleasePlan, plan_release
+from .plan import plan_release
 
-TUNED_METRICS = ("count", "persons")
+TUNED_METRICS = ("count", "persons", "sum", "mean")
 PARTITIONS_SHARE = Fraction(1, 2)  # of a group's ε, for counting picked partitions (private)
 HISTOGRAM_MAX_EXPONENT = 8  # L and C up to 256
 # cells below this many standard units (× 1/ε) are set to 0 before the model reads them: with 17²
 # cells, P(any empty cell survives) = 289 · ½e^(−8) ≈ 0.05 (docs/tuning.md)
 CELL_THRESHOLD = 8.0
+VALUE_THRESHOLD = 11.0  # a value histogram (83 buckets): 83 · ½e^(−11) ≈ 7·10^-4 (docs/tuning.md)
 
 
 def untuned_reason(q: QueryConfig) -> str | None:
     """Why a query is not tuned, or None when it is."""
     if q.metric not in TUNED_METRICS:
-        return f"metric {q.metric!r}: only count and persons per partition are tuned"
+        return f"metric {q.metric!r}: only count, persons, sum and mean per partition are tuned"
     if not q.by:
         return "no `by`: L and C do not apply"
     if q.options:
         return "its options choose another mechanism"
+    if q.metric in ("sum", "mean") and (q.bounds is None or q.value is None):
+        return "no numeric bounds to start from"
     return None
 
 
@@ -60,23 +58,33 @@ def group_name(by: Sequence[str]) -> str:
     return "structure[" + ";".join(by) + "]"
 
 
+def value_name(column: str) -> str:
+    return f"values[{column}]"
+
+
 @dataclass(frozen=True)
 class TuneGroups:
-    """Each measured ``by`` with its plan, and which query reads which."""
+    """Each measurement's plan, and which measurements each query reads."""
 
     plans: tuple[StructurePlan, ...]
-    of_query: Mapping[str, str]  # query name → group name
+    values: tuple[ValuePlan, ...]
+    of_query: Mapping[str, str]  # query name → its structure measurement
+    value_of_query: Mapping[str, str]  # sum / mean query name → its value measurement
 
 
 def tuning_groups(job: JobConfig, epsilon: Fraction) -> TuneGroups:
-    """One measurement per distinct ``by`` of a tuned query, ε split evenly between them."""
+    """One measurement per distinct ``by`` and one per value column of a tuned query, ε split
+    evenly between them."""
     groups: dict[tuple[str, ...], list[QueryConfig]] = {}
+    columns: dict[str, list[QueryConfig]] = {}
     for q in job.queries:
         if untuned_reason(q) is None:
             groups.setdefault(tuple(q.by), []).append(q)
+            if q.metric in ("sum", "mean"):
+                columns.setdefault(str(q.value), []).append(q)
     if not groups:
-        return TuneGroups((), {})
-    share = epsilon / len(groups)
+        return TuneGroups((), (), {}, {})
+    share = epsilon / (len(groups) + len(columns))
     plans, of_query = [], {}
     for by, queries in groups.items():
         private = any(q.partitions in (None, "private") for q in queries)
@@ -86,41 +94,9 @@ def tuning_groups(job: JobConfig, epsilon: Fraction) -> TuneGroups:
         )
         plans.append(StructurePlan(group_name(by), by, hist, counted))
         of_query.update({q.name: group_name(by) for q in queries})
-    return TuneGroups(tuple(plans), of_query)
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """One query's choice: the old and new settings with their modelled errors, every candidate
-    (for the curves), and the partitions count the bias was spread over."""
-
-    query: str
-    metric: str
-    old: Setting
-    new: Setting
-    settings: tuple[Setting, ...]
-    partitions: float
-    partitions_from: str  # "public keys" or "noisy count of picked partitions"
-    noise_exponent: float  # σ ∝ budget^(−this) (1 for ε with Laplace, ½ for ρ)
-
-    def to_manifest(self) -> dict[str, Any]:
-        def one(s: Setting) -> dict[str, Any]:
-            return {
-                "max_partitions_per_person": s.L,
-                "max_rows_per_partition": s.C,
-                "expected_error": s.shown_error,
-                "bias": s.shown_bias,
-                "noise": s.noise,
-            }
-
-        return {
-            "query": self.query,
-            "metric": self.metric,
-            "old": one(self.old),
-            "new": one(self.new),
-            "partitions": self.partitions,
-            "partitions_from": self.partitions_from,
-        }
+    values = tuple(ValuePlan(value_name(c), c, ValueHistogram(epsilon=share)) for c in columns)
+    value_of = {q.name: value_name(c) for c, qs in columns.items() for q in qs}
+    return TuneGroups(tuple(plans), values, of_query, value_of)
 
 
 def noise_model(job: JobConfig, i: int) -> tuple[NoiseAbs, float]:
@@ -148,59 +124,3 @@ def noise_model(job: JobConfig, i: int) -> tuple[NoiseAbs, float]:
 
     rho = job.budget.rho is not None
     return noise_abs, 0.5 if rho else 1.0
-
-
-def recommend(
-    job: JobConfig,
-    plan: ReleasePlan,
-    groups: TuneGroups,
-    measurements: Mapping[str, Mapping[str, Any]],
-) -> list[Recommendation]:
-    """Each tuned query's recommendation from its group's measurements (DP values)."""
-    by_name = {p.name: p for p in groups.plans}
-    out = []
-    for q, planned in zip(job.queries, plan.queries, strict=True):
-        group = groups.of_query.get(q.name)
-        if group is None:
-            continue
-        m = measurements[group]
-        model = ContributionModel(by_name[group].histogram, m["histogram"], CELL_THRESHOLD)
-        manifest = planned.to_manifest()
-        n_public = manifest.get("n_public_partitions")
-        if n_public:
-            k, source = float(n_public), "public keys"
-        else:
-            k, source = float(m["partitions"] or 1.0), "noisy count of picked partitions"
-        noise_abs, exponent = noise_model(job, job.queries.index(q))
-        if q.metric == "persons":
-            settings = persons_settings(model, k, noise_abs)
-            old = persons_settings(model, k, noise_abs, [q.max_partitions_per_person])[0]
-        else:
-            settings = count_settings(model, k, noise_abs)
-            old = count_settings(
-                model, k, noise_abs, [q.max_partitions_per_person], [q.max_rows_per_partition]
-            )[0]
-        out.append(
-            Recommendation(
-                q.name, q.metric, old, best(settings), tuple(settings), k, source, exponent
-            )
-        )
-    return out
-
-
-def error_vs_budget(
-    r: Recommendation, factors: Sequence[float]
-) -> list[tuple[float, float, float]]:
-    """(factor, error of the chosen setting, error of the best setting at that budget): noise
-    scales as factor^(−exponent), the bias stays."""
-    out = []
-    for f in factors:
-        scale = f ** (-r.noise_exponent)
-        chosen = r.new.shown_bias + r.new.noise * scale
-        at_f = min(s.shown_bias + s.noise * scale for s in r.settings)
-        out.append((f, chosen, at_f))
-    return out
-
-
-def relative(a: float, b: float) -> str:
-    return "n/a" if not (math.isfinite(a) and math.isfinite(b) and b > 0) else f"{a / b:.2f}×"

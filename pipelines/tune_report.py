@@ -13,7 +13,7 @@ import html
 from collections.abc import Mapping, Sequence
 
 from .report import STYLE, _pyplot, _svg
-from .tune_model import Recommendation, error_vs_budget, relative
+from .tune_recommend import Recommendation, error_vs_budget, relative, setting_text
 
 FACTORS = tuple(2.0**k for k in range(-4, 5))
 
@@ -56,6 +56,32 @@ def _curve_chart(r: Recommendation, axis: str) -> str | None:
     return _svg(fig)
 
 
+def _bound_chart(r: Recommendation) -> str | None:
+    """Error against the upper value bound (each with its best lower bound) at the chosen L, C."""
+    points = [(s.bounds[1], s) for s in r.along_bound if s.bounds and s.bounds[1] > 0]
+    if len(points) < 2 or r.new.bounds is None:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    xs = [x for x, _ in points]
+    ax.plot(xs, [s.shown_error for _, s in points], marker="o", label="expected error")
+    ax.plot(xs, [s.shown_bias for _, s in points], linestyle="--", label="bias (clamping)")
+    ax.plot(xs, [s.noise for _, s in points], linestyle=":", label="noise")
+    ax.scatter([r.new.bounds[1]], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
+               label=f"recommended bounds {list(r.new.bounds)}")  # fmt: skip
+    if r.old.bounds is not None and r.old.bounds[1] > 0:
+        ax.axvline(r.old.bounds[1], color="#b5524a", linestyle="-.",
+                   label=f"current bounds {list(r.old.bounds)}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("upper bound of the values")
+    ax.set_ylabel("expected |error| per partition")
+    ax.set_title(f"{r.query}: error vs the upper bound (L = {r.new.L}, C = {r.new.C})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
 def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
     plt = _pyplot()
     points = error_vs_budget(r, FACTORS)
@@ -76,13 +102,10 @@ def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
 
 
 def _row(r: Recommendation) -> str:
-    def bounds(L: int, C: int | None) -> str:
-        return f"L = {L}" + ("" if C is None else f", C = {C}")
-
     return (
         f"<tr><td class='key'>{html.escape(r.query)}</td><td>{r.metric}</td>"
-        f"<td>{bounds(r.old.L, r.old.C)}</td><td>{r.old.shown_error:.4g}</td>"
-        f"<td>{bounds(r.new.L, r.new.C)}</td><td>{r.new.shown_error:.4g}</td>"
+        f"<td>{setting_text(r.old)}</td><td>{r.old.shown_error:.4g}</td>"
+        f"<td>{setting_text(r.new)}</td><td>{r.new.shown_error:.4g}</td>"
         f"<td>{relative(r.old.shown_error, r.new.shown_error)}</td>"
         f"<td>{r.partitions:.4g} ({html.escape(r.partitions_from)})</td></tr>"
     )
@@ -110,11 +133,16 @@ def render_tuning(
     for r in recs:
         name = html.escape(r.query)
         parts.append(f'<h2 id="query-{name}">{name}</h2>')
+        if r.note:
+            parts.append(f"<p class='note'>Not changed: {html.escape(r.note)}.</p>")
         for axis in ("L", "C"):
             chart = _curve_chart(r, axis)
             if chart:
                 parts.append(f'<figure class="plot" id="plot-{name}-{axis}">{chart}</figure>')
-        budget = _budget_chart(r, "ε share × 1")
+        chart = _bound_chart(r)
+        if chart:
+            parts.append(f'<figure class="plot" id="plot-{name}-bounds">{chart}</figure>')
+        budget = _budget_chart(r, "its share × 1")
         parts.append(f'<figure class="plot" id="plot-{name}-budget">{budget}</figure>')
     if untuned:
         parts.append("<h2>Not tuned</h2><ul>")

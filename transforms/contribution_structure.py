@@ -1,4 +1,5 @@
-"""``ContributionStructure``: the private measurements ``userdp tune`` chooses L and C from.
+"""``ContributionStructure`` and ``ValueStructure``: the private measurements ``userdp tune``
+chooses L, C and value bounds from.
 
 Applied to a release's persons (``release.ByPerson(...)``'s output), for one set of ``by`` columns:
 
@@ -17,6 +18,11 @@ Guarantee: pure (ε_h + ε_k)-DP for adding or removing one person (basic compos
 Laplace mechanisms on L1 sensitivity 1, ``../shared/seeds``); the share is booked with the release
 when the transform is applied, like any metric's. Output: one dict
 ``{"histogram": [[float]], "partitions": float | None}`` — DP values only.
+
+``ValueStructure`` measures one value column the same way: per shard, each person's values
+counted per (their number of values n, bucket), summed as integers, then the weighted histogram
+(1/n per value) with Laplace noise in the final step — pure ε-DP
+(:mod:`.mechanisms.value_histogram`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from .keys import NoiseKey
 from .mechanisms.accounting import PureDP
 from .mechanisms.additive import laplace_mechanism
 from .mechanisms.contribution_histogram import ContributionHistograms, Grid
+from .mechanisms.value_histogram import ValueHistogram
 from .noisy_combine import canonical_key_string
 from .validate import PERSON_COLUMN
 
@@ -193,5 +200,130 @@ class ContributionStructure(beam.PTransform[Any, Any]):
             | "Structure" >> beam.MapTuple(lambda _, t: shard_structure(t, by, edges, pick_key))
             | "Merge" >> beam.CombineGlobally(_MergeStructure())
             | "Noise" >> beam.Map(_AddNoise(plan, keys.for_query(plan.name), release._noise))
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class ValuePlan:
+    """Public facts of one value measurement: its name, the column and the histogram."""
+
+    name: str
+    column: str
+    histogram: ValueHistogram
+
+    @property
+    def by(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def share(self) -> PureDP:
+        return PureDP(Fraction(self.histogram.epsilon))
+
+    @property
+    def output_columns(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def to_manifest(self) -> dict[str, Any]:
+        h = self.histogram
+        return {
+            "name": self.name,
+            "measurement": "value_histogram",
+            "value": self.column,
+            "neighbouring": "add/remove one person",
+            "share": self.share.to_manifest(),
+            "histogram": {
+                "mechanism": "laplace",
+                "epsilon": float(Fraction(h.epsilon)),
+                "l1_sensitivity": 1.0,
+                "buckets": f"signed powers of two, 2^{h.min_exponent} … 2^{h.max_exponent}",
+                "cells": "1/n per value of a person with n values",
+            },
+        }
+
+    def plan_lines(self) -> list[str]:
+        return [f"values of {self.column}: pure ε = {float(self.share.epsilon):.4g}"]
+
+
+def value_buckets(h: ValueHistogram, x: np.ndarray) -> np.ndarray:
+    """:meth:`ValueHistogram.bucket` of every value, vectorised (NaN never reaches here:
+    validation sends it to the dead letters)."""
+    edges = np.asarray(h.edges)
+    half = len(edges) // 2
+    below = np.searchsorted(edges[:half], x, side="right")  # negative edges ≤ x
+    above = half + np.searchsorted(edges[half:], x, side="left")  # positive edges < x
+    return np.where(x < edges[half - 1], below, above)
+
+
+def shard_values(table: pa.Table, column: str, h: ValueHistogram) -> dict[tuple[int, int], int]:
+    """One person shard: values per (n, bucket), n the person's number of values. Not private."""
+    if table.num_rows == 0:
+        return {}
+    persons = table.column(PERSON_COLUMN).to_numpy(zero_copy_only=False)
+    _, inverse, per_person = np.unique(persons, return_inverse=True, return_counts=True)
+    x = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
+    cells, n = np.unique(
+        np.stack([per_person[inverse], value_buckets(h, x)], axis=1), axis=0, return_counts=True
+    )
+    return {(int(a), int(b)): int(c) for (a, b), c in zip(cells, n, strict=True)}
+
+
+class _SumCounts(beam.CombineFn):
+    """Sums integer counts per cell (any order gives the same totals)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
+
+    def create_accumulator(self) -> dict[tuple[int, int], int]:
+        return {}
+
+    def add_input(self, acc: Any, element: Any) -> Any:
+        return self.merge_accumulators([acc, element])
+
+    def merge_accumulators(self, accs: Iterable[Any]) -> Any:
+        out: dict[tuple[int, int], int] = {}
+        for acc in accs:
+            for k, v in acc.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def extract_output(self, acc: Any) -> Any:
+        return acc
+
+
+class _NoisyValues:
+    def __init__(self, plan: ValuePlan, key: NoiseKey, noise: bool) -> None:
+        self._plan, self._key, self._noise = plan, key, noise
+
+    def __call__(self, counts: dict[tuple[int, int], int]) -> dict[str, Any]:
+        h = self._plan.histogram
+        hist = h.from_counts(counts)
+        if self._noise:
+            hist = h.add_noise(hist, self._key.rng("values"))
+        return {"name": self._plan.name, "histogram": hist}
+
+
+class ValueStructure(beam.PTransform[Any, Any]):
+    """Persons → one dict ``{"name", "histogram"}``: the values of one column, each person
+    weighing 1 (:mod:`.mechanisms.value_histogram`), noised in the final step."""
+
+    def __init__(self, plan: ValuePlan) -> None:
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        people = people_of(rows, "ValueStructure")
+        release, plan = people.release, self._plan
+        if plan.column not in people.schema.numbers:
+            raise ValueError(f"ValueStructure: {plan.column!r} is not a value column of ByPerson")
+        release._bind(rows.pipeline)
+        release._register(plan.name, plan, Fraction(0))
+        keys = release._query_keys()
+        column, h = plan.column, plan.histogram
+        out: PCollection[Any] = (
+            people.shards()
+            | "Values" >> beam.MapTuple(lambda _, t: shard_values(t, column, h))
+            | "Merge" >> beam.CombineGlobally(_SumCounts())
+            | "Noise" >> beam.Map(_NoisyValues(plan, keys.for_query(plan.name), release._noise))
         )
         return out

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -142,14 +143,19 @@ def test_the_tuning_report_renders_with_its_curves(tmp_path: Path) -> None:
         "max_partitions_per_person = 2\nmax_rows_per_partition = 2\n"
         '[[queries]]\nname = "people"\nmetric = "persons"\nby = ["domain"]\n'
         "max_partitions_per_person = 2\n"
+        '[[queries]]\nname = "seconds"\nmetric = "sum"\nby = ["domain"]\n'
+        'value = "duration_s"\nbounds = [0.0, 600.0]\n'
+        "max_partitions_per_person = 2\nmax_rows_per_partition = 2\n"
     )
-    run_tune(load_job(job_file), None, str(tmp_path / "tune"), release_key=KEY)
+    run_tune(load_job(job_file), Fraction(1), str(tmp_path / "tune"), release_key=KEY)
     page = tmp_path / "tune" / "report.html"
     plots = ["plot-visits-L", "plot-visits-C", "plot-visits-budget", "plot-people-L",
-             "plot-people-budget"]  # fmt: skip
+             "plot-people-budget", "plot-seconds-L", "plot-seconds-C", "plot-seconds-bounds",
+             "plot-seconds-budget"]  # fmt: skip
     assert problems(browser, page, plots) == []
     text = page.read_text()
     assert "recommended L =" in text and "current L = 2" in text
+    assert "current bounds [0.0, 600.0]" in text
     shot = tmp_path / "tune.png"
     headless(browser, "--hide-scrollbars", "--window-size=1100,1800", f"--screenshot={shot}",
              page.as_uri())  # fmt: skip

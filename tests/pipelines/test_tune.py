@@ -27,6 +27,7 @@ from userdp.transforms.mechanisms.bound_recommendation import (
 )
 from userdp.transforms.mechanisms.contribution_histogram import ContributionHistograms
 from userdp.transforms.mechanisms.rng import ReleaseKey
+from userdp.transforms.mechanisms.value_histogram import ValueHistogram
 
 KEY = ReleaseKey(bytes(range(32)))
 JOB = """\
@@ -93,28 +94,39 @@ def test_noise_off_measures_the_exact_histogram_and_recommends_the_models_best(
     logs: Path,
 ) -> None:
     job = load_job(write_job(logs, "exact"))
-    result = run_tune(job, Fraction(1, 10), str(logs / "out"), release_key=KEY, noise=False)
+    result = run_tune(job, Fraction(1), str(logs / "out"), release_key=KEY, noise=False)
     measured = json.loads((logs / "out" / "measurements.json").read_text())
-    (m,) = measured.values()
+    m = measured["structure[domain]"]
     per = exact_pairs(logs)
-    h = ContributionHistograms(epsilon=Fraction(1, 20), max_exponent=8)
+    h = ContributionHistograms(epsilon=Fraction(1, 4), max_exponent=8)  # ε/2 each, picks ½
     assert m["histogram"] == h.exact([list(d.values()) for d in per.values()])
     # each person picks one partition: between 1 and every domain are picked
     assert 1 <= m["partitions"] <= 12
-    visits, people = result.recommendations
+    visits, people, mean = result.recommendations
     model = ContributionModel(h, m["histogram"], 8.0)
     noise_abs, _ = noise_model(job, 0)
     assert visits.new == best(count_settings(model, m["partitions"], noise_abs))
     assert (visits.old.L, visits.old.C) == (1, 1) and people.new.C is None
     assert visits.new.error < visits.old.error  # L = C = 1 clips most rows of this log
-    assert set(result.untuned) == {"mean_duration"}
+    assert result.untuned == {}
+    # the value histogram: each person's durations weighted 1/n, exactly
+    durations: dict[str, list[float]] = defaultdict(list)
+    for row in pq.read_table(
+        logs / "logs.parquet", columns=["person_id", "duration_s"]
+    ).to_pylist():
+        durations[str(row["person_id"])].append(row["duration_s"])
+    v = ValueHistogram(epsilon=Fraction(1, 2))
+    assert measured["values[duration_s]"]["histogram"] == pytest.approx(
+        v.exact(list(durations.values())), rel=1e-12
+    )
+    assert mean.new.bounds is not None and mean.old.bounds == (0.0, 600.0)
 
 
 def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Path) -> None:
     path = write_job(logs, "beside")
     original = path.read_text()
-    first = run_tune(load_job(path), None, str(logs / "t1"), release_key=KEY)
-    second = run_tune(load_job(path), None, str(logs / "t2"), release_key=KEY)
+    first = run_tune(load_job(path), Fraction(1), str(logs / "t1"), release_key=KEY)
+    second = run_tune(load_job(path), Fraction(1), str(logs / "t2"), release_key=KEY)
     assert path.read_text() == original
     assert first.job_file == str(logs / "beside" / "job.tuned.toml")
     assert second.job_file == str(logs / "beside" / "job.tuned-2.toml")  # never overwritten either
@@ -122,12 +134,29 @@ def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Pat
     for r in first.recommendations:
         q = next(q for q in tuned.queries if q.name == r.query)
         assert q.max_partitions_per_person == r.new.L
-    assert "# userdp tune: was 1" in Path(first.job_file).read_text()
+    text = Path(first.job_file).read_text()
+    assert "# userdp tune: was 1" in text
+    mean = next(r for r in first.recommendations if r.query == "mean_duration")
+    assert mean.new.bounds is not None
+    assert tuned.queries[2].bounds == mean.new.bounds
+    assert "# userdp tune: was [0.0, 600.0]" in text
     assert "# a guess" not in Path(first.job_file).read_text().split("was 1")[1].split("\n")[1]
     manifest = json.loads((logs / "t1" / "manifest.json").read_text())
-    assert manifest["kind"] == "tuning" and manifest["spent"]["epsilon"] == pytest.approx(0.1)
+    assert manifest["kind"] == "tuning" and manifest["spent"]["epsilon"] == pytest.approx(1.0)
     assert set(manifest["files"]) == {"measurements.json", "report.html"}
     assert manifest["tuned_job_file"] == first.job_file
+
+
+def test_too_little_signal_keeps_the_bounds_and_says_so(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """3,000 persons at the default ε = 0.1: the histograms hold less than ten thresholds of
+    persons, so nothing is recommended (all-noise histograms would make every bound look free)."""
+    path = write_job(logs, "weak")
+    assert main(["tune", str(path), "--out", str(logs / "weak" / "t")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("kept as it is: the measurements hold too little") == 3
+    assert "no new job file" in out and not (logs / "weak" / "job.tuned.toml").exists()
 
 
 def test_the_noise_model_matches_re_planning_at_other_bounds(logs: Path) -> None:

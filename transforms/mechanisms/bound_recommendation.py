@@ -14,6 +14,12 @@ absolute value (a = E|X|/σ: 1/√2 for Laplace, √(2/π) for Gaussian). From t
 
 * ``count``: kept(L, C) = Σ w·min(P, L)·min(r, C);
 * ``persons`` (no C): kept(L) = Σ_P H(P)·min(P, L), H the row sums of w;
+* ``sum`` with bounds [lo, hi]: the clipped rows and the clamped values,
+  |R·μ − kept(L, C)·m(lo, hi)| / K, where m(lo, hi) = E[clamp(x, lo, hi)] and μ = E[x] come from
+  the value histogram (:mod:`.value_histogram`), assuming a row's value does not depend on how
+  many rows its person has; noise scales with max(|lo|, |hi|);
+* ``mean``: the clamp's bias |μ − m(lo, hi)| plus the noise of the centred sum divided by the
+  rows per partition, kept(L, C)/K; noise scales with hi − lo;
 
 and R = kept at the grid's top bound in both: rows beyond the grid are clipped by every candidate
 alike (they shift E but never the choice), and the bucket above the grid has no known size.
@@ -35,8 +41,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .contribution_histogram import ContributionHistograms, Grid
+import numpy as np
 
+from .contribution_histogram import ContributionHistograms, Grid
+from .value_histogram import ValueHistogram
+
+SIGNAL_CELLS = 10.0  # the least mass a histogram must hold, in thresholds (has_signal)
 LAPLACE_ABS = 1 / math.sqrt(2)  # E|X| / σ for Laplace
 GAUSSIAN_ABS = math.sqrt(2 / math.pi)  # E|X| / σ for a Gaussian
 
@@ -54,6 +64,7 @@ class Setting:
     C: int | None
     bias: float
     noise: float
+    bounds: tuple[float, float] | None = None  # a sum's or a mean's value bounds
 
     @property
     def error(self) -> float:
@@ -77,8 +88,15 @@ class ContributionModel:
         cut = threshold / float(params.epsilon)
         grid = [[w if w >= cut else 0.0 for w in row] for row in grid] if threshold else grid
         self.params, self.grid = params, grid
+        self.cut = cut
         self._rep = [params.representative(b) for b in range(params.size)]
         self.persons_by_p = ContributionHistograms.partitions_per_person(grid)
+
+    def has_signal(self, cells: float = SIGNAL_CELLS) -> bool:
+        """Whether the persons the histogram holds above the threshold are at least ``cells``
+        thresholds' worth: below that the model would choose from noise (and, with no cell
+        left, every bound would look free of bias), so no recommendation is made."""
+        return sum(map(sum, self.grid)) >= cells * max(self.cut, 1 / float(self.params.epsilon))
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -163,3 +181,106 @@ def best(settings: Sequence[Setting]) -> Setting:
     if not settings:
         raise ValueError("no candidate settings")
     return min(settings, key=lambda s: (s.error, s.L, s.C or 0))
+
+
+class ValueModel:
+    """Clamped means of one value column, from its released histogram (:mod:`.value_histogram`)."""
+
+    def __init__(self, params: ValueHistogram, hist: Sequence[float], threshold: float = 0.0):
+        if len(hist) != params.size:
+            raise ValueError(f"expected a histogram of {params.size} buckets, got {len(hist)}")
+        cut = threshold / float(params.epsilon)
+        self.params, self.cut = params, cut
+        self.weights = np.array([w if w >= cut else 0.0 for w in hist])
+        self.reps = np.array([params.representative(b) for b in range(params.size)])
+
+    def has_signal(self, cells: float = SIGNAL_CELLS) -> bool:
+        """As :meth:`ContributionModel.has_signal`, for the values."""
+        return float(self.weights.sum()) >= cells * max(self.cut, 1 / float(self.params.epsilon))
+
+    def clamped_mean(self, lo: float, hi: float) -> float:
+        """m(lo, hi) = E[clamp(x, lo, hi)] (0 when the histogram holds nothing above noise)."""
+        total = float(self.weights.sum())
+        if total <= 0:
+            return 0.0
+        return float(self.weights @ np.clip(self.reps, lo, hi)) / total
+
+    def mean(self) -> float:
+        """μ: the mean at the grid's outer edges (values beyond are clamped there alike)."""
+        edges = self.params.edges
+        return self.clamped_mean(edges[0], edges[-1])
+
+
+def value_settings(
+    model: ContributionModel,
+    values: ValueModel,
+    partitions: float,
+    noise_abs: NoiseAbs,
+    *,
+    metric: str,
+    bounds0: tuple[float, float],
+) -> tuple[list[Setting], list[Setting]]:
+    """For a ``sum`` or ``mean``: (each candidate (L, C) with its best bounds, and every upper
+    bound with its best lower bound at the best (L, C)). ``noise_abs`` is at ``bounds0``."""
+    if metric not in ("sum", "mean"):
+        raise ValueError(f"value bounds are tuned for sum and mean, not {metric!r}")
+    k = _check_partitions(partitions)
+    los, his = values.params.bound_candidates()
+    lo = np.array(los)[:, None]
+    hi = np.array(his)[None, :]
+    m = np.array([[values.clamped_mean(a, b) for b in his] for a in los])
+    mu = values.mean()
+    if metric == "sum":
+        width = np.maximum(np.abs(lo), np.abs(hi)) / max(abs(bounds0[0]), abs(bounds0[1]))
+    else:
+        width = (hi - lo) / max(bounds0[1] - bounds0[0], 1e-300)
+    width = np.where(width > 0, width, np.inf)  # [0, 0] releases nothing: never chosen
+    rows = model.rows()
+    out: list[Setting] = []
+    grids: dict[tuple[int, int | None], tuple[np.ndarray, np.ndarray]] = {}
+    for L in model.candidates:
+        for C in model.candidates:
+            kept = model.kept_rows(L, C)
+            if metric == "sum":
+                noise = noise_abs(L, C) * width
+                err = np.abs(rows * mu - kept * m) / k + noise
+            else:  # the centred sum's noise over the rows a partition keeps
+                noise = noise_abs(L, C) * width / max(kept / k, 1.0)
+                err = np.abs(mu - m) + noise
+            a, b = (int(x) for x in np.unravel_index(int(np.argmin(err)), err.shape))
+            grids[(L, C)] = (err, noise)
+            out.append(Setting(L, C, float(err[a, b] - noise[a, b]), float(noise[a, b]),
+                               (float(los[a]), float(his[b]))))  # fmt: skip
+    chosen = best(out)
+    err, noise = grids[(chosen.L, chosen.C)]
+    along = []
+    for col, h in enumerate(his):
+        row = int(np.argmin(err[:, col]))
+        if np.isfinite(err[row, col]):
+            along.append(Setting(chosen.L, chosen.C, float(err[row, col] - noise[row, col]),
+                                 float(noise[row, col]), (float(los[row]), float(h))))  # fmt: skip
+    return out, along
+
+
+def value_setting(
+    model: ContributionModel,
+    values: ValueModel,
+    partitions: float,
+    noise_abs: NoiseAbs,
+    *,
+    metric: str,
+    bounds0: tuple[float, float],
+    at: tuple[int, int, tuple[float, float]],
+) -> Setting:
+    """E of one (L, C, bounds) of a ``sum`` or ``mean`` — the same model as
+    :func:`value_settings`, for a setting off the grid (the job's own)."""
+    k = _check_partitions(partitions)
+    L, C, (lo, hi) = at
+    m, mu, kept = values.clamped_mean(lo, hi), values.mean(), model.kept_rows(L, C)
+    if metric == "sum":
+        width = max(abs(lo), abs(hi)) / max(abs(bounds0[0]), abs(bounds0[1]))
+        noise = noise_abs(L, C) * width
+        return Setting(L, C, abs(model.rows() * mu - kept * m) / k, noise, (lo, hi))
+    width = (hi - lo) / max(bounds0[1] - bounds0[0], 1e-300)
+    noise = noise_abs(L, C) * width / max(kept / k, 1.0)
+    return Setting(L, C, abs(mu - m), noise, (lo, hi))

@@ -1,0 +1,100 @@
+"""The value histogram for tuning bounds (transforms/mechanisms/value_histogram.py) and the sum /
+mean model on it: buckets (scalar and the Beam side's vectorised form agree), L1 sensitivity 1 by
+brute force, the noise's law, clamped means against brute force, misuse."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from userdp.transforms.contribution_structure import value_buckets
+from userdp.transforms.mechanisms.bound_recommendation import (
+    ContributionModel,
+    ValueModel,
+    value_setting,
+    value_settings,
+)
+from userdp.transforms.mechanisms.contribution_histogram import ContributionHistograms
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.value_histogram import ValueHistogram
+
+SECRET = bytes(range(32))
+V = ValueHistogram(epsilon=1, min_exponent=0, max_exponent=3)  # ±1, ±2, ±4, ±8
+
+
+def test_buckets_are_signed_octaves_and_the_vectorised_form_agrees() -> None:
+    assert V.edges == (-8, -4, -2, -1, 1, 2, 4, 8)
+    xs = [-math.inf, -100, -8, -7.9, -4, -1.5, -1, -0.5, 0, 1, 1.5, 2, 3, 8, 9, math.inf]
+    want = [0, 0, 1, 1, 2, 3, 4, 4, 4, 4, 5, 5, 6, 7, 8, 8]
+    assert [V.bucket(x) for x in xs] == want
+    assert value_buckets(V, np.array(xs)).tolist() == want
+    assert [V.representative(b) for b in range(V.size)] == [-16, -6, -3, -1.5, 0, 1.5, 3, 6, 16]
+    assert V.bound_candidates() == ([0.0, -1.0, -2.0, -4.0, -8.0], [0.0, 1.0, 2.0, 4.0, 8.0])
+
+
+def test_one_person_moves_the_histogram_by_at_most_one_in_l1() -> None:
+    people = [p for k in (1, 2, 3) for p in itertools.product((-5.0, 0.0, 3.0, 50.0), repeat=k)]
+    worst = 0.0
+    for base in itertools.combinations_with_replacement(people[:6], 2):
+        before = V.exact(base)
+        for extra in people:
+            after = V.exact((*base, extra))
+            worst = max(worst, sum(abs(a - b) for a, b in zip(after, before, strict=True)))
+    assert worst == pytest.approx(1.0)
+
+
+def test_the_noise_is_laplace_of_scale_one_over_epsilon() -> None:
+    """KS test of 4,500 bucket noises against Laplace(1/ε); seeded, false alarm ≤ 10^-3."""
+    h = ValueHistogram(epsilon=0.5, min_exponent=0, max_exponent=3)
+    exact = h.exact([(3.0,)])
+    noise = []
+    for i in range(500):
+        noisy = h.release([(3.0,)], KeyedRng(SECRET, "values", i))
+        noise += [v - e for v, e in zip(noisy, exact, strict=True)]
+    assert stats.kstest(np.array(noise), stats.laplace(scale=2.0).cdf).pvalue > 1e-3
+
+
+def test_clamped_means_and_the_sum_model_match_brute_force() -> None:
+    """Values at bucket representatives: the model is exact. Persons each with 1–2 partitions."""
+    values = [(1.5, 3.0), (6.0,), (3.0, 3.0, 6.0)]
+    vm = ValueModel(V, V.exact(values))
+    weights = [1 / len(v) for v in values for _ in v]
+    flat = [x for v in values for x in v]
+    for lo, hi in [(0.0, 2.0), (0.0, 4.0), (-1.0, 8.0)]:
+        brute = sum(w * min(max(x, lo), hi) for w, x in zip(weights, flat, strict=True))
+        assert vm.clamped_mean(lo, hi) == pytest.approx(brute / len(values))
+    assert vm.mean() == pytest.approx(vm.clamped_mean(-8, 8))
+    h = ContributionHistograms(epsilon=1, max_exponent=3, per_octave=4)
+    model = ContributionModel(h, h.exact([(2,), (1, 3)]))
+    kw = {"metric": "sum", "bounds0": (0.0, 8.0)}
+    one = value_setting(model, vm, 2, lambda L, C: 1.0, at=(1, 2, (0.0, 4.0)), **kw)
+    kept = model.kept_rows(1, 2)  # (2 rows of 2) + ½(1 + 2) = 3.5
+    assert kept == pytest.approx(3.5)
+    assert one.bias == pytest.approx(
+        abs(model.rows() * vm.mean() - kept * vm.clamped_mean(0, 4)) / 2
+    )
+    assert one.noise == pytest.approx(0.5)  # max(|0|, |4|) / max(|0|, |8|)
+    settings, along = value_settings(model, vm, 2, lambda L, C: 1.0, **kw)
+    assert min(s.error for s in settings) <= one.error
+    assert all(s.bounds is not None and s.bounds[0] <= 0 <= s.bounds[1] for s in settings)
+    assert along and all((s.L, s.C) == (along[0].L, along[0].C) for s in along)
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"need -60 ≤ min_exponent < max_exponent ≤ 60"):
+        ValueHistogram(epsilon=1, min_exponent=3, max_exponent=3)
+    with pytest.raises(ValueError, match=r"a value is a number, got NaN"):
+        V.bucket(math.nan)
+    with pytest.raises(ValueError, match=r"every person has at least one value"):
+        V.exact([()])
+    with pytest.raises(ValueError, match=r"expected a histogram of 9 buckets, got 1"):
+        V.add_noise([0.0], KeyedRng(SECRET, "x"))
+    vm = ValueModel(V, [0.0] * V.size)
+    h = ContributionHistograms(epsilon=1, max_exponent=3)
+    model = ContributionModel(h, h.exact([(1,)]))
+    with pytest.raises(ValueError, match=r"value bounds are tuned for sum and mean, not 'count'"):
+        value_settings(model, vm, 1, lambda L, C: 1.0, metric="count", bounds0=(0, 1))

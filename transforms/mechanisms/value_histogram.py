@@ -1,0 +1,119 @@
+"""A private histogram of values, each person weighing 1: what ``userdp tune`` chooses bounds from.
+
+Over a public signed grid of powers of two — (−∞, −2^max), [−2^(k+1), −2^k) for
+k = max−1 … min, [−2^min, 2^min] (zero and tiny values), (2^k, 2^(k+1)] for k = min … max−1,
+(2^max, ∞) — each person adds **1/n to the bucket of each of their n values** (of one column,
+every row they have). Quantiles and clamped means of the values read off it; ``userdp tune`` uses
+the clamped mean m(lo, hi) = E[clamp(x, lo, hi)] to model the bias of a sum's or a mean's bounds.
+
+Guarantee: pure ε-DP for adding or removing all rows of one person. A person's contribution has
+L1 norm exactly 1 (n weights of 1/n), so Laplace(1/ε) on every bucket of the fixed grid is the
+Laplace mechanism on global sensitivity (``../shared/seeds``; brute force and audit:
+``tests/mechanisms/test_value_histogram.py``). Counting rows instead of weighing them would let
+one person move it by n. As in :mod:`.contribution_histogram`, the Beam side counts values per
+(n, bucket) as integers and :meth:`ValueHistogram.from_counts` divides in a fixed order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .accounting import PureDP
+from .additive import laplace_mechanism
+from .checks import Rational, positive
+from .rng import KeyedRng
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueHistogram:
+    """Public parameters: ``epsilon``; magnitudes 2^``min_exponent`` … 2^``max_exponent``."""
+
+    epsilon: Rational
+    min_exponent: int = -10
+    max_exponent: int = 30
+    edges: tuple[float, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        positive(self.epsilon, "epsilon")
+        lo, hi = self.min_exponent, self.max_exponent
+        if not -60 <= lo < hi <= 60:
+            raise ValueError(f"need -60 ≤ min_exponent < max_exponent ≤ 60, got {lo} and {hi}")
+        neg = [-(2.0**k) for k in range(hi, lo - 1, -1)]  # −2^max … −2^min
+        pos = [2.0**k for k in range(lo, hi + 1)]  # 2^min … 2^max
+        object.__setattr__(self, "edges", tuple(neg + pos))
+
+    @property
+    def guarantee(self) -> PureDP:
+        return PureDP(self.epsilon)
+
+    @property
+    def size(self) -> int:
+        """Buckets: below −2^max, one per octave each side, the middle one, above 2^max."""
+        return len(self.edges) + 1
+
+    def bucket(self, x: float) -> int:
+        """Bucket b holds edges[b−1] < x ≤ edges[b] on the positive side, edges[b−1] ≤ x <
+        edges[b] on the negative side, and [−2^min, 2^min] in the middle. NaN is refused."""
+        if math.isnan(x):
+            raise ValueError("a value is a number, got NaN")
+        half = len(self.edges) // 2
+        if x < 0 and x < self.edges[half - 1]:  # below −2^min
+            return sum(1 for e in self.edges[:half] if e <= x)
+        return half + sum(1 for e in self.edges[half:] if e < x)
+
+    def representative(self, b: int) -> float:
+        """The value a bucket stands for: the middle of its octave, 0 for the middle bucket,
+        twice the outer edge beyond the grid."""
+        if not 0 <= b < self.size:
+            raise ValueError(f"bucket {b} is outside [0, {self.size})")
+        half = len(self.edges) // 2
+        if b == half:
+            return 0.0
+        if b == 0:
+            return 2 * self.edges[0]
+        if b == self.size - 1:
+            return 2 * self.edges[-1]
+        return (self.edges[b - 1] + self.edges[b]) / 2
+
+    def counts(self, persons: Iterable[Sequence[float]]) -> dict[tuple[int, int], int]:
+        """(n, bucket) → number of values: the exact integer statistic the Beam side sums."""
+        out: dict[tuple[int, int], int] = {}
+        for values in persons:
+            if not values:
+                raise ValueError("every person has at least one value")
+            for x in values:
+                cell = (len(values), self.bucket(float(x)))
+                out[cell] = out.get(cell, 0) + 1
+        return out
+
+    def from_counts(self, counts: Mapping[tuple[int, int], int]) -> list[float]:
+        """The exact histogram (weights 1/n): not private."""
+        hist = [0.0] * self.size
+        for (n, b), c in sorted(counts.items()):  # a fixed order: the same floats every run
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
+                raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
+            if not 0 <= b < self.size:
+                raise ValueError(f"bucket {b} is outside [0, {self.size})")
+            hist[b] += c / n
+        return hist
+
+    def exact(self, persons: Iterable[Sequence[float]]) -> list[float]:
+        return self.from_counts(self.counts(persons))
+
+    def add_noise(self, exact: Sequence[float], rng: KeyedRng) -> list[float]:
+        """Laplace(1/ε) on every bucket: pure ε-DP (module docstring)."""
+        if len(exact) != self.size:
+            raise ValueError(f"expected a histogram of {self.size} buckets, got {len(exact)}")
+        eps = float(Fraction(self.epsilon))
+        return [laplace_mechanism(v, sensitivity=1.0, epsilon=eps, rng=rng) for v in exact]
+
+    def release(self, persons: Iterable[Sequence[float]], rng: KeyedRng) -> list[float]:
+        return self.add_noise(self.exact(persons), rng)
+
+    def bound_candidates(self) -> tuple[list[float], list[float]]:
+        """(lower candidates ≤ 0, upper candidates ≥ 0): 0 and the grid's edges on each side."""
+        half = len(self.edges) // 2
+        return [0.0, *self.edges[:half][::-1]], [0.0, *self.edges[half:]]
