@@ -16,7 +16,9 @@ Order (``run_tune``), as in a release (:mod:`.job`):
    mechanisms, the ledger's charge, every file's SHA-256); and beside the job file a new job file
    with the recommended bounds (:mod:`.tune_jobfile`) — the original is never touched.
 
-A failed pipeline takes its charge back (nothing was computed from the data that left it).
+A failed pipeline takes its charge back (nothing was computed from the data that left it). Rows
+the reader rejects are left out of the measurements exactly as a release leaves them out of its
+statistics; their dead-letter file is written by ``userdp run``, not by tuning.
 """
 
 from __future__ import annotations
