@@ -11,11 +11,32 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from userdp.transforms.mechanisms.bound_recommendation import Setting
 
 from .report import STYLE, _pyplot, _svg
 from .tune_recommend import Recommendation, error_vs_budget, relative, setting_text
 
 FACTORS = tuple(2.0**k for k in range(-4, 5))
+
+
+def _finish(fig: Any, ax: Any, xlabel: str, title: str) -> str:
+    """The axes every tuning plot shares: log-log, the error per partition, a legend; as SVG."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("expected |error| per partition")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def _curves(ax: Any, xs: Sequence[float], settings: Sequence[Setting], what: str) -> None:
+    ax.plot(xs, [s.shown_error for s in settings], marker="o", label="expected error")
+    ax.plot(xs, [s.shown_bias for s in settings], linestyle="--", label=f"bias ({what})")
+    ax.plot(xs, [s.noise for s in settings], linestyle=":", label="noise")
 
 
 def _curve_chart(r: Recommendation, axis: str) -> str | None:
@@ -32,10 +53,7 @@ def _curve_chart(r: Recommendation, axis: str) -> str | None:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    xs = [x for x, _ in points]
-    ax.plot(xs, [s.shown_error for _, s in points], marker="o", label="expected error")
-    ax.plot(xs, [s.shown_bias for _, s in points], linestyle="--", label="bias (clipping)")
-    ax.plot(xs, [s.noise for _, s in points], linestyle=":", label="noise")
+    _curves(ax, [x for x, _ in points], [s for _, s in points], "clipping")
     new_x = r.new.L if axis == "L" else r.new.C
     ax.scatter([new_x], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
                label=f"recommended {axis} = {new_x}")  # fmt: skip
@@ -45,15 +63,10 @@ def _curve_chart(r: Recommendation, axis: str) -> str | None:
                    label=f"current {axis} = {old_x}")  # fmt: skip
     else:
         ax.axvline(old_x, color="#b5524a", linestyle="-.", label=f"current {axis} = {old_x}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     other = "C" if axis == "L" else "L"
-    ax.set_xlabel("L: partitions per person" if axis == "L" else "C: rows per person and partition")
-    ax.set_ylabel("expected |error| per partition")
-    ax.set_title(f"{r.query}: error vs {axis}" + (f" ({other} = {fixed})" if fixed else ""))
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    return _svg(fig)
+    xlabel = "L: partitions per person" if axis == "L" else "C: rows per person and partition"
+    title = f"{r.query}: error vs {axis}" + (f" ({other} = {fixed})" if fixed else "")
+    return _finish(fig, ax, xlabel, title)
 
 
 def _bound_chart(r: Recommendation) -> str | None:
@@ -63,23 +76,14 @@ def _bound_chart(r: Recommendation) -> str | None:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    xs = [x for x, _ in points]
-    ax.plot(xs, [s.shown_error for _, s in points], marker="o", label="expected error")
-    ax.plot(xs, [s.shown_bias for _, s in points], linestyle="--", label="bias (clamping)")
-    ax.plot(xs, [s.noise for _, s in points], linestyle=":", label="noise")
+    _curves(ax, [x for x, _ in points], [s for _, s in points], "clamping")
     ax.scatter([r.new.bounds[1]], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
                label=f"recommended bounds {list(r.new.bounds)}")  # fmt: skip
     if r.old.bounds is not None and r.old.bounds[1] > 0:
         ax.axvline(r.old.bounds[1], color="#b5524a", linestyle="-.",
                    label=f"current bounds {list(r.old.bounds)}")  # fmt: skip
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("upper bound of the values")
-    ax.set_ylabel("expected |error| per partition")
-    ax.set_title(f"{r.query}: error vs the upper bound (L = {r.new.L}, C = {r.new.C})")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    return _svg(fig)
+    title = f"{r.query}: error vs the upper bound (L = {r.new.L}, C = {r.new.C})"
+    return _finish(fig, ax, "upper bound of the values", title)
 
 
 def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
@@ -91,14 +95,8 @@ def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
     ax.plot(xs, [b for _, _, b in points], linestyle="--", label="best bounds at each budget")
     ax.scatter([1.0], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
                label=f"this job ({epsilon_job})")  # fmt: skip
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("the query's budget, as a multiple of its share in this job")
-    ax.set_ylabel("expected |error| per partition")
-    ax.set_title(f"{r.query}: error vs budget")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    return _svg(fig)
+    xlabel = "the query's budget, as a multiple of its share in this job"
+    return _finish(fig, ax, xlabel, f"{r.query}: error vs budget")
 
 
 def _row(r: Recommendation) -> str:

@@ -50,8 +50,21 @@ from .validate import PERSON_COLUMN
 PairCounts = dict[tuple[int, int], int]
 
 
+def _laplace(epsilon: Fraction, **what: Any) -> dict[str, Any]:
+    """A manifest entry of one Laplace release of L1 sensitivity 1 (the measurements' only kind)."""
+    return {"mechanism": "laplace", "epsilon": float(epsilon), "l1_sensitivity": 1.0, **what}
+
+
+class _Measurement:
+    """What the release's booking asks of a plan besides its share: no released columns."""
+
+    @property
+    def output_columns(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
 @dataclass(frozen=True)
-class StructurePlan:
+class StructurePlan(_Measurement):
     """Public facts of one measurement: its name, ``by``, the histogram and the picks' ε."""
 
     name: str
@@ -64,10 +77,6 @@ class StructurePlan:
         eps = Fraction(self.histogram.epsilon) + (self.partitions_epsilon or 0)
         return PureDP(eps)
 
-    @property
-    def output_columns(self) -> tuple[tuple[str, str], ...]:
-        return ()
-
     def to_manifest(self) -> dict[str, Any]:
         h = self.histogram
         return {
@@ -76,21 +85,17 @@ class StructurePlan:
             "by": list(self.by),
             "neighbouring": "add/remove one person",
             "share": self.share.to_manifest(),
-            "histogram": {
-                "mechanism": "laplace",
-                "epsilon": float(Fraction(h.epsilon)),
-                "l1_sensitivity": 1.0,
-                "buckets": list(h.edges),
-                "cells": "1/P per (person, partition) at (bucket of P, bucket of rows)",
-            },
+            "histogram": _laplace(
+                Fraction(h.epsilon),
+                buckets=list(h.edges),
+                cells="1/P per (person, partition) at (bucket of P, bucket of rows)",
+            ),
             "partitions": None
             if self.partitions_epsilon is None
-            else {
-                "mechanism": "laplace",
-                "epsilon": float(self.partitions_epsilon),
-                "l1_sensitivity": 1.0,
-                "counts": "distinct partitions picked by a person (one pick each)",
-            },
+            else _laplace(
+                self.partitions_epsilon,
+                counts="distinct partitions picked by a person (one pick each)",
+            ),
         }
 
     def plan_lines(self) -> list[str]:
@@ -132,7 +137,8 @@ def shard_structure(
 
 
 class _MergeStructure(beam.CombineFn):
-    """Sums pair counts (integers: any order gives the same totals) and unites the picks."""
+    """Sums integer counts per cell (any order gives the same totals) and unites the picks (the
+    value measurement has none)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
@@ -205,7 +211,7 @@ class ContributionStructure(beam.PTransform[Any, Any]):
 
 
 @dataclass(frozen=True)
-class ValuePlan:
+class ValuePlan(_Measurement):
     """Public facts of one value measurement: its name, the column and the histogram."""
 
     name: str
@@ -220,10 +226,6 @@ class ValuePlan:
     def share(self) -> PureDP:
         return PureDP(Fraction(self.histogram.epsilon))
 
-    @property
-    def output_columns(self) -> tuple[tuple[str, str], ...]:
-        return ()
-
     def to_manifest(self) -> dict[str, Any]:
         h = self.histogram
         return {
@@ -232,13 +234,11 @@ class ValuePlan:
             "value": self.column,
             "neighbouring": "add/remove one person",
             "share": self.share.to_manifest(),
-            "histogram": {
-                "mechanism": "laplace",
-                "epsilon": float(Fraction(h.epsilon)),
-                "l1_sensitivity": 1.0,
-                "buckets": f"signed powers of two, 2^{h.min_exponent} … 2^{h.max_exponent}",
-                "cells": "1/n per value of a person with n values",
-            },
+            "histogram": _laplace(
+                Fraction(h.epsilon),
+                buckets=f"signed powers of two, 2^{h.min_exponent} … 2^{h.max_exponent}",
+                cells="1/n per value of a person with n values",
+            ),
         }
 
     def plan_lines(self) -> list[str]:
@@ -268,34 +268,12 @@ def shard_values(table: pa.Table, column: str, h: ValueHistogram) -> dict[tuple[
     return {(int(a), int(b)): int(c) for (a, b), c in zip(cells, n, strict=True)}
 
 
-class _SumCounts(beam.CombineFn):
-    """Sums integer counts per cell (any order gives the same totals)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-
-    def create_accumulator(self) -> dict[tuple[int, int], int]:
-        return {}
-
-    def add_input(self, acc: Any, element: Any) -> Any:
-        return self.merge_accumulators([acc, element])
-
-    def merge_accumulators(self, accs: Iterable[Any]) -> Any:
-        out: dict[tuple[int, int], int] = {}
-        for acc in accs:
-            for k, v in acc.items():
-                out[k] = out.get(k, 0) + v
-        return out
-
-    def extract_output(self, acc: Any) -> Any:
-        return acc
-
-
 class _NoisyValues:
     def __init__(self, plan: ValuePlan, key: NoiseKey, noise: bool) -> None:
         self._plan, self._key, self._noise = plan, key, noise
 
-    def __call__(self, counts: dict[tuple[int, int], int]) -> dict[str, Any]:
+    def __call__(self, merged: tuple[dict[tuple[int, int], int], set[str]]) -> dict[str, Any]:
+        counts, _ = merged
         h = self._plan.histogram
         hist = h.from_counts(counts)
         if self._noise:
@@ -322,8 +300,8 @@ class ValueStructure(beam.PTransform[Any, Any]):
         column, h = plan.column, plan.histogram
         out: PCollection[Any] = (
             people.shards()
-            | "Values" >> beam.MapTuple(lambda _, t: shard_values(t, column, h))
-            | "Merge" >> beam.CombineGlobally(_SumCounts())
+            | "Values" >> beam.MapTuple(lambda _, t: (shard_values(t, column, h), set()))
+            | "Merge" >> beam.CombineGlobally(_MergeStructure())
             | "Noise" >> beam.Map(_NoisyValues(plan, keys.for_query(plan.name), release._noise))
         )
         return out

@@ -68,6 +68,9 @@ def test_clamped_means_and_the_sum_model_match_brute_force() -> None:
         brute = sum(w * min(max(x, lo), hi) for w, x in zip(weights, flat, strict=True))
         assert vm.clamped_mean(lo, hi) == pytest.approx(brute / len(values))
     assert vm.mean() == pytest.approx(vm.clamped_mean(-8, 8))
+    grid = vm.clamped_means(np.array([[0.0], [-1.0]]), np.array([[2.0, 4.0, 8.0]]))
+    want = [[vm.clamped_mean(lo, hi) for hi in (2.0, 4.0, 8.0)] for lo in (0.0, -1.0)]
+    assert np.allclose(grid, want, rtol=1e-12)
     h = ContributionHistograms(epsilon=1, max_exponent=3, per_octave=4)
     model = ContributionModel(h, h.exact([(2,), (1, 3)]))
     kw = {"metric": "sum", "bounds0": (0.0, 8.0)}

@@ -205,10 +205,49 @@ class ValueModel:
             return 0.0
         return float(self.weights @ np.clip(self.reps, lo, hi)) / total
 
+    def clamped_means(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """:meth:`clamped_mean` for every pair of ``lo`` and ``hi`` (broadcast), at once."""
+        lo, hi = np.broadcast_arrays(np.asarray(lo, float), np.asarray(hi, float))
+        total = float(self.weights.sum())
+        if total <= 0:
+            return np.zeros(lo.shape)
+        clipped = np.clip(self.reps.reshape(-1, *([1] * lo.ndim)), lo, hi)
+        return np.tensordot(self.weights, clipped, axes=1) / total
+
     def mean(self) -> float:
         """μ: the mean at the grid's outer edges (values beyond are clamped there alike)."""
         edges = self.params.edges
         return self.clamped_mean(edges[0], edges[-1])
+
+
+@dataclass(frozen=True)
+class _ValueQuery:
+    """A ``sum`` or ``mean`` to tune: the model's two terms for any (L, C) and bounds."""
+
+    model: ContributionModel
+    values: ValueModel
+    partitions: float
+    noise_abs: NoiseAbs
+    metric: str
+    bounds0: tuple[float, float]
+
+    def __post_init__(self) -> None:
+        if self.metric not in ("sum", "mean"):
+            raise ValueError(f"value bounds are tuned for sum and mean, not {self.metric!r}")
+
+    def terms(self, L: int, C: int, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(bias, noise) at (L, C) for every pair of ``lo`` and ``hi`` (broadcast)."""
+        k, b0 = _check_partitions(self.partitions), self.bounds0
+        m = self.values.clamped_means(lo, hi)
+        kept, mu = self.model.kept_rows(L, C), self.values.mean()
+        if self.metric == "sum":
+            width = np.maximum(np.abs(lo), np.abs(hi)) / max(abs(b0[0]), abs(b0[1]))
+            bias, per_row = np.abs(self.model.rows() * mu - kept * m) / k, 1.0
+        else:  # the centred sum's noise over the rows a partition keeps
+            width = (hi - lo) / max(b0[1] - b0[0], 1e-300)
+            bias, per_row = np.abs(mu - m), 1 / max(kept / k, 1.0)
+        width = np.where(width > 0, width, np.inf)  # [0, 0] releases nothing: never chosen
+        return bias, self.noise_abs(L, C) * width * per_row
 
 
 def value_settings(
@@ -222,43 +261,25 @@ def value_settings(
 ) -> tuple[list[Setting], list[Setting]]:
     """For a ``sum`` or ``mean``: (each candidate (L, C) with its best bounds, and every upper
     bound with its best lower bound at the best (L, C)). ``noise_abs`` is at ``bounds0``."""
-    if metric not in ("sum", "mean"):
-        raise ValueError(f"value bounds are tuned for sum and mean, not {metric!r}")
-    k = _check_partitions(partitions)
+    q = _ValueQuery(model, values, partitions, noise_abs, metric, bounds0)
     los, his = values.params.bound_candidates()
-    lo = np.array(los)[:, None]
-    hi = np.array(his)[None, :]
-    m = np.array([[values.clamped_mean(a, b) for b in his] for a in los])
-    mu = values.mean()
-    if metric == "sum":
-        width = np.maximum(np.abs(lo), np.abs(hi)) / max(abs(bounds0[0]), abs(bounds0[1]))
-    else:
-        width = (hi - lo) / max(bounds0[1] - bounds0[0], 1e-300)
-    width = np.where(width > 0, width, np.inf)  # [0, 0] releases nothing: never chosen
-    rows = model.rows()
+    lo, hi = np.array(los)[:, None], np.array(his)[None, :]
     out: list[Setting] = []
-    grids: dict[tuple[int, int | None], tuple[np.ndarray, np.ndarray]] = {}
+    grids = {}
     for L in model.candidates:
         for C in model.candidates:
-            kept = model.kept_rows(L, C)
-            if metric == "sum":
-                noise = noise_abs(L, C) * width
-                err = np.abs(rows * mu - kept * m) / k + noise
-            else:  # the centred sum's noise over the rows a partition keeps
-                noise = noise_abs(L, C) * width / max(kept / k, 1.0)
-                err = np.abs(mu - m) + noise
-            a, b = (int(x) for x in np.unravel_index(int(np.argmin(err)), err.shape))
-            grids[(L, C)] = (err, noise)
-            out.append(Setting(L, C, float(err[a, b] - noise[a, b]), float(noise[a, b]),
-                               (float(los[a]), float(his[b]))))  # fmt: skip
+            bias, noise = q.terms(L, C, lo, hi)
+            a, b = (int(x) for x in np.unravel_index(int(np.argmin(bias + noise)), bias.shape))
+            grids[(L, C)] = (bias, noise)
+            out.append(Setting(L, C, float(bias[a, b]), float(noise[a, b]), (los[a], his[b])))
     chosen = best(out)
-    err, noise = grids[(chosen.L, chosen.C)]
+    bias, noise = grids[(chosen.L, int(chosen.C or 0))]
     along = []
     for col, h in enumerate(his):
-        row = int(np.argmin(err[:, col]))
-        if np.isfinite(err[row, col]):
-            along.append(Setting(chosen.L, chosen.C, float(err[row, col] - noise[row, col]),
-                                 float(noise[row, col]), (float(los[row]), float(h))))  # fmt: skip
+        row = int(np.argmin(bias[:, col] + noise[:, col]))
+        if np.isfinite(noise[row, col]):
+            along.append(Setting(chosen.L, chosen.C, float(bias[row, col]),
+                                 float(noise[row, col]), (los[row], h)))  # fmt: skip
     return out, along
 
 
@@ -274,13 +295,7 @@ def value_setting(
 ) -> Setting:
     """E of one (L, C, bounds) of a ``sum`` or ``mean`` — the same model as
     :func:`value_settings`, for a setting off the grid (the job's own)."""
-    k = _check_partitions(partitions)
+    q = _ValueQuery(model, values, partitions, noise_abs, metric, bounds0)
     L, C, (lo, hi) = at
-    m, mu, kept = values.clamped_mean(lo, hi), values.mean(), model.kept_rows(L, C)
-    if metric == "sum":
-        width = max(abs(lo), abs(hi)) / max(abs(bounds0[0]), abs(bounds0[1]))
-        noise = noise_abs(L, C) * width
-        return Setting(L, C, abs(model.rows() * mu - kept * m) / k, noise, (lo, hi))
-    width = (hi - lo) / max(bounds0[1] - bounds0[0], 1e-300)
-    noise = noise_abs(L, C) * width / max(kept / k, 1.0)
-    return Setting(L, C, abs(mu - m), noise, (lo, hi))
+    bias, noise = q.terms(L, C, np.array(lo), np.array(hi))
+    return Setting(L, C, float(bias), float(noise), (lo, hi))
