@@ -24,9 +24,7 @@ statistics; their dead-letter file is written by ``userdp run``, not by tuning.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.by_person import ByPerson
 from userdp.transforms.contribution_structure import ContributionStructure, ValueStructure
@@ -52,6 +51,7 @@ from .progress import Progress
 from .publish import file_sha256, probe_writable
 from .release_graph import default_shards
 from .release_inputs import release_artifacts
+from .runners import check_worker_paths
 from .sources import ReadArrowTables
 from .tune_jobfile import tuned_job_path, write_tuned_job
 from .tune_model import TuneGroups, tuning_groups, untuned_reason
@@ -97,10 +97,12 @@ def _measure(
     noise: bool,
     workdir: str,
 ) -> dict[str, Any]:
+    """The measurements' pipeline; it writes them (DP values) under ``workdir``, a place the
+    runner's workers can reach (beside the tuning directory), where the launcher reads them."""
     release = Release._for_launcher(Budget(epsilon=epsilon), keys, noise=noise)
     schema = checked.schema
     shards = default_shards(job.runner.name, checked.options, schema.total_bytes)
-    prefix = os.path.join(workdir, "measurements")
+    prefix = FileSystems.join(workdir, "measurements")
     with beam.Pipeline(runner=checked.runner, options=checked.options) as pipeline:
         tables = pipeline | "Read" >> ReadArrowTables(schema)
         people = tables | "ByPerson" >> ByPerson(
@@ -115,8 +117,8 @@ def _measure(
             | "Write"
             >> beam.io.WriteToText(prefix, shard_name_template="", file_name_suffix=".jsonl")
         )
-    with open(prefix + ".jsonl", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    with FileSystems.open(prefix + ".jsonl") as f:
+        rows = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
     return {r["name"]: r for r in rows}
 
 
@@ -139,6 +141,7 @@ def run_tune(
     directory = out_dir or default_directory(job)
     progress.stage(f"checking the job file and its inputs ({job.source})")
     checked = _check(job, beam_args)
+    check_worker_paths(job.runner.name, {"--out": directory})  # workers write measurements there
     probe_writable(directory, "--out (the tuning directory)")  # before anything is charged
     if job.source:
         probe_writable(str(Path(job.source).parent), "the job file's directory (for the new one)")
@@ -165,7 +168,7 @@ def run_tune(
     else:
         secret = reservation.secret if reservation is not None else new_release_secret()
         keys = ReleaseKeys.from_secret(secret, job.release.secret_path)
-    workdir = tempfile.mkdtemp(prefix="userdp-tune-")
+    workdir = FileSystems.join(directory, f".measuring-{secrets.token_hex(6)}")
     try:
         with progress.running(f"measuring contributions on {job.runner.name}"):
             measurements = _measure(
@@ -176,22 +179,33 @@ def run_tune(
             charging.cancel(job, reservation)
         raise
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove(workdir)
     recs = recommend(job, checked.plan, groups, measurements)
     job_file = None
     if any((r.new.L, r.new.C, r.new.bounds) != (r.old.L, r.old.C, r.old.bounds) for r in recs):
         job_file = write_tuned_job(job, recs, tuned_job_path(job))
-    _write_outputs(
+    manifest = _write_outputs(
         directory, job, groups=groups, measurements=measurements, recs=recs, untuned=untuned,
         eps=eps, reservation=reservation, job_file=job_file,
     )  # fmt: skip
     if reservation is not None:
-        charging.complete(job, reservation, {"tune": directory}, _manifest_bytes(directory))
+        charging.complete(job, reservation, {"tune": directory}, manifest)
     return TuneResult(recs, untuned, directory, job_file, eps, reservation)
 
 
-def _manifest_bytes(directory: str) -> bytes:
-    return Path(directory, "manifest.json").read_bytes()
+def _remove(path: str) -> None:
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except Exception:
+        pass  # a leftover folder of DP values; never fails the run
+
+
+def _put(path: str, data: bytes) -> dict[str, object]:
+    with FileSystems.create(path) as f:
+        f.write(data)
+    sha, size = file_sha256(path)
+    return {"bytes": size, "sha256": sha}
 
 
 def _write_outputs(
@@ -205,19 +219,20 @@ def _write_outputs(
     eps: Fraction,
     reservation: Reservation | None,
     job_file: str | None,
-) -> None:
-    """measurements.json, report.html and, last, manifest.json (module docstring)."""
+) -> bytes:
+    """measurements.json, report.html and, last, manifest.json (module docstring), on any Beam
+    filesystem; returns the manifest's bytes."""
     from .tune_report import render_tuning  # noqa: PLC0415 (matplotlib loads slowly)
 
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)  # incomplete until it is written again
-    (out / MEASUREMENTS).write_text(json.dumps(measurements, indent=1, sort_keys=True) + "\n")
-    (out / "report.html").write_text(render_tuning(recs, untuned, float(eps)), encoding="utf-8")
-    files = {}
-    for name in (MEASUREMENTS, "report.html"):
-        sha, size = file_sha256(str(out / name))
-        files[name] = {"bytes": size, "sha256": sha}
+    _remove(FileSystems.join(directory, "manifest.json"))  # incomplete until written again
+    page = render_tuning(recs, untuned, float(eps)).encode()
+    files = {
+        MEASUREMENTS: _put(
+            FileSystems.join(directory, MEASUREMENTS),
+            (json.dumps(measurements, indent=1, sort_keys=True) + "\n").encode(),
+        ),
+        "report.html": _put(FileSystems.join(directory, "report.html"), page),
+    }
     manifest = {
         "kind": "tuning",
         "job": job.source,
@@ -233,5 +248,6 @@ def _write_outputs(
     }
     if reservation is not None:
         manifest["ledger"] = reservation.to_manifest()
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    (out / "manifest.json").write_text(text, encoding="utf-8")
+    data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    _put(FileSystems.join(directory, "manifest.json"), data)
+    return data

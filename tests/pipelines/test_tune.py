@@ -144,6 +144,10 @@ def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Pat
     manifest = json.loads((logs / "t1" / "manifest.json").read_text())
     assert manifest["kind"] == "tuning" and manifest["spent"]["epsilon"] == pytest.approx(1.0)
     assert set(manifest["files"]) == {"measurements.json", "report.html"}
+    # the workers' copy of the measurements (written beside, read by the launcher) is gone
+    assert sorted(p.name for p in (logs / "t1").iterdir()) == sorted(
+        ["manifest.json", "measurements.json", "report.html"]
+    )
     assert manifest["tuned_job_file"] == first.job_file
 
 
