@@ -14,7 +14,9 @@ from typing import Any
 
 from .config import ConfigError, load_job
 
-TUNE_HELP = "measure contributions privately and recommend L and C (writes a new job file)"
+TUNE_HELP = (
+    "measure contributions privately and recommend L, C and value bounds (writes a new job file)"
+)
 
 
 def add_tune_arguments(p: argparse.ArgumentParser) -> None:
