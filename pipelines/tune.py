@@ -69,6 +69,7 @@ class TuneResult:
     job_file: str | None  # the new job file (None: nothing to change)
     epsilon: Fraction
     reservation: Reservation | None
+    job_file_error: str | None = None  # why no new job file was written, when one was due
 
 
 def tuning_cost(total: Guarantee, epsilon: Fraction) -> Cost:
@@ -181,16 +182,19 @@ def run_tune(
     finally:
         _remove(workdir)
     recs = recommend(job, checked.plan, groups, measurements)
-    job_file = None
+    job_file, job_file_error = None, None
     if any((r.new.L, r.new.C, r.new.bounds) != (r.old.L, r.old.C, r.old.bounds) for r in recs):
-        job_file = write_tuned_job(job, recs, tuned_job_path(job))
+        try:
+            job_file = write_tuned_job(job, recs, tuned_job_path(job))
+        except ConfigError as e:  # a layout we cannot edit: the recommendation still stands
+            job_file_error = str(e)
     manifest = _write_outputs(
         directory, job, groups=groups, measurements=measurements, recs=recs, untuned=untuned,
-        eps=eps, reservation=reservation, job_file=job_file,
+        eps=eps, reservation=reservation, job_file=(job_file, job_file_error),
     )  # fmt: skip
     if reservation is not None:
         charging.complete(job, reservation, {"tune": directory}, manifest)
-    return TuneResult(recs, untuned, directory, job_file, eps, reservation)
+    return TuneResult(recs, untuned, directory, job_file, eps, reservation, job_file_error)
 
 
 def _remove(path: str) -> None:
@@ -218,7 +222,7 @@ def _write_outputs(
     untuned: dict[str, str],
     eps: Fraction,
     reservation: Reservation | None,
-    job_file: str | None,
+    job_file: tuple[str | None, str | None],
 ) -> bytes:
     """measurements.json, report.html and, last, manifest.json (module docstring), on any Beam
     filesystem; returns the manifest's bytes."""
@@ -243,7 +247,8 @@ def _write_outputs(
         + [v.to_manifest() for v in groups.values],
         "recommendations": [r.to_manifest() for r in recs],
         "not_tuned": untuned,
-        "tuned_job_file": job_file,
+        "tuned_job_file": job_file[0],
+        "tuned_job_file_error": job_file[1],
         "files": files,
     }
     if reservation is not None:

@@ -109,6 +109,8 @@ def print_tune_result(result: Any) -> None:
         print(f"  {q}: not tuned ({why})")
     if result.job_file:
         print(f"new job file (the original is unchanged): {result.job_file}")
+    elif result.job_file_error:
+        print(f"no new job file: {result.job_file_error}")
     elif result.recommendations:
         print("the job's bounds are already the recommended ones: no new job file")
     if result.recommendations:

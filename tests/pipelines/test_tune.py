@@ -151,6 +151,24 @@ def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Pat
     assert manifest["tuned_job_file"] == first.job_file
 
 
+def test_a_job_file_tune_cannot_edit_still_gets_its_report(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bounds written over two lines: the recommendation is printed and reported, the job file is
+    left to the user (the measurement was paid for: its results are not thrown away)."""
+    path = write_job(logs, "layout")
+    path.write_text(
+        path.read_text().replace("bounds = [0.0, 600.0]", "bounds = [\n  0.0,\n  600.0,\n]")
+    )
+    assert main(["tune", str(path), "--epsilon", "1", "--out", str(logs / "layout" / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "no new job file: " in out and "write the recommended bounds by hand" in out
+    manifest = json.loads((logs / "layout" / "t" / "manifest.json").read_text())
+    assert manifest["tuned_job_file"] is None and "bounds" in manifest["tuned_job_file_error"]
+    assert (logs / "layout" / "t" / "report.html").exists()
+    assert not (logs / "layout" / "job.tuned.toml").exists()
+
+
 def test_too_little_signal_keeps_the_bounds_and_says_so(
     logs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
