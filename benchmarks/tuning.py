@@ -3,8 +3,9 @@ true data, on logs of known structure from ``userdp generate``.
 
 For each family (generator settings) and each budget of the count query, the script writes the
 log and a job file (a count of visits per domain, Laplace, the domains as public partitions so the
-partition count is exact), runs the real ``userdp tune`` path (Beam, Direct runner) ``--runs``
-times with fresh secrets, and scores each recommendation by its **true** expected error: for every
+partition count is exact; ``--private``: private partitions, so the tuner estimates the count),
+runs the real ``userdp tune`` path (Beam, Direct runner) ``--runs`` times with fresh secrets, and
+scores each recommendation by its **true** expected error: for every
 domain, the exact contribution-bounded count in expectation over which partitions a person keeps
 (min(P, L)/P of each), against the unbounded count, plus Laplace noise of the job's scale:
 E|d + X| = |d| + b·e^(−|d|/b), averaged over the domains. The grid search scores every
@@ -55,6 +56,7 @@ path = "{data}"
 person = "person_id"
 [budget]
 epsilon = {eps}
+{delta}
 [output]
 path = "{out}"
 format = "parquet"
@@ -62,7 +64,7 @@ format = "parquet"
 name = "visits"
 metric = "count"
 by = ["domain"]
-partitions = "{keys}"
+partitions = {partitions}
 max_partitions_per_person = 5
 max_rows_per_partition = 3
 """
@@ -113,6 +115,13 @@ def value_pairs(path: str, uppers: list[float]) -> tuple[np.ndarray, ...]:
             g["duration_s_sum"].to_numpy(), clamped)  # fmt: skip
 
 
+def _parts(args: argparse.Namespace, keys: Path) -> dict[str, str]:
+    """The job's ``partitions``: the domains as public keys, or private selection (with δ)."""
+    if args.private:
+        return {"partitions": '"private"', "delta": "delta = 1e-6"}
+    return {"partitions": f'"{keys}"', "delta": ""}
+
+
 def sum_error(v: tuple[np.ndarray, ...], *, k: int, b1: float, L: int, C: int, u: int) -> float:
     """Mean over domains of E|bounded sum − raw sum + Laplace(b1·L·C·upper)|."""
     d, r, p, raw_pair, clamped = v
@@ -134,7 +143,9 @@ def sum_table(args: argparse.Namespace, tmp: Path) -> None:
         k = int(v[0].max()) + 1
         keys = tmp / f"f{fi}" / "keys.json"
         job_path = tmp / f"f{fi}" / "sum-job.toml"
-        job_path.write_text(SUM_JOB.format(data=data, eps=1.0, out=tmp / "out", keys=keys))
+        job_path.write_text(
+            SUM_JOB.format(data=data, eps=1.0, out=tmp / "out", **_parts(args, keys))
+        )
         job = load_job(job_path)
         sd = plan_release(job).to_manifest()["queries"][0]["statistic"]["stddev"]
         b1 = sd / math.sqrt(2) / (15 * 600)  # Laplace scale per unit of L·C·upper
@@ -177,6 +188,11 @@ def main() -> None:
     ap.add_argument("--epsilons", default="1,0.1", help="budgets of the count query")
     ap.add_argument("--no-sum", action="store_true", help="skip the sum's table")
     ap.add_argument("--no-count", action="store_true", help="skip the count's table")
+    ap.add_argument(
+        "--private",
+        action="store_true",
+        help="private partitions: the tuner estimates the partition count (noisy picks)",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="userdp-tuning-bench-"))
     print(
@@ -197,7 +213,9 @@ def main() -> None:
         epsilons = [] if args.no_count else args.epsilons.split(",")
         for eps in (Fraction(e) for e in epsilons):
             job_path = tmp / f"f{fi}" / f"job-{float(eps):g}.toml"
-            job_path.write_text(JOB.format(data=data, eps=float(eps), out=tmp / "out", keys=keys))
+            job_path.write_text(
+                JOB.format(data=data, eps=float(eps), out=tmp / "out", **_parts(args, keys))
+            )
             job = load_job(job_path)
             sd = plan_release(job).to_manifest()["queries"][0]["statistic"]["stddev"]
             b1 = sd / math.sqrt(2) / 15  # Laplace scale per unit of L·C (the job has L·C = 15)
