@@ -19,7 +19,6 @@ from .tune_recommend import Recommendation
 
 _QUERY_HEADER = re.compile(r"^\s*\[\[\s*queries\s*\]\]\s*(#.*)?$")
 _TABLE_HEADER = re.compile(r"^\s*\[")
-_NAME = re.compile(r"^\s*name\s*=\s*(\"([^\"\\]*)\"|'([^']*)')\s*(#.*)?$")
 
 
 def tuned_job_path(job: JobConfig) -> str:
@@ -55,8 +54,9 @@ def _replace(lines: list[str], span: tuple[int, int], key: str, value: str, old:
     for i in range(*span):
         m = pattern.match(lines[i])
         if m:
-            indent = m.group(1)
-            lines[i] = f"{indent}# userdp tune: was {old}\n{indent}{key} = {value}"
+            # the user's comment on the old value stays with the old value
+            indent, note = m.group(1), f"  {m.group(2)}" if m.group(2) else ""
+            lines[i] = f"{indent}# userdp tune: was {old}{note}\n{indent}{key} = {value}"
             return True
     return False
 

@@ -135,7 +135,7 @@ def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Pat
         q = next(q for q in tuned.queries if q.name == r.query)
         assert q.max_partitions_per_person == r.new.L
     text = Path(first.job_file).read_text()
-    assert "# userdp tune: was 1" in text
+    assert "# userdp tune: was 1  # a guess" in text  # the user's comment stays with its value
     mean = next(r for r in first.recommendations if r.query == "mean_duration")
     assert mean.new.bounds is not None
     assert tuned.queries[2].bounds == mean.new.bounds
