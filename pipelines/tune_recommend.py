@@ -110,9 +110,12 @@ def recommend(
             )
             assert q.bounds is not None
             b0 = (float(q.bounds[0]), float(q.bounds[1]))
-            kw = {"metric": q.metric, "bounds0": b0}
-            settings, along = value_settings(model, values, k, noise_abs, **kw)  # type: ignore[arg-type]
-            old = value_setting(model, values, k, noise_abs, at=(L0, C0, b0), **kw)  # type: ignore[arg-type]
+            settings, along = value_settings(
+                model, values, k, noise_abs, metric=q.metric, bounds0=b0
+            )
+            old = value_setting(
+                model, values, k, noise_abs, metric=q.metric, bounds0=b0, at=(L0, C0, b0)
+            )
         new, note = best(settings), ""
         signal = model.has_signal() and (values is None or values.has_signal())
         if not signal:
