@@ -105,7 +105,7 @@ class _Checked:
     secret_check: str | None  # key check value of [release] secret_path, if any
 
 
-def _check(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
+def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
     """Step 1 (module docstring); raises before anything is charged."""
     base_dir = Path(job.source).parent if job.source else None
     runner, options = pipeline_options(
@@ -263,7 +263,7 @@ def run_release(
     """
     progress = progress or Progress(None)
     progress.stage(f"checking the job file, its inputs and the output location ({job.source})")
-    c = _check(job, beam_args)
+    c = check_job(job, beam_args)
     n = len(c.schema.files)
     progress.stage(
         f"{n} input file{'s' * (n != 1)} ({size_text(c.schema.total_bytes)}), "

@@ -45,7 +45,7 @@ from userdp.transforms.release import Budget, Release
 from . import charging
 from .config import JobConfig
 from .config_fields import ConfigError
-from .job import _check
+from .job import check_job
 from .ledger import Cost, Reservation
 from .progress import Progress
 from .publish import file_sha256, probe_writable
@@ -141,7 +141,7 @@ def run_tune(
         raise ConfigError("--epsilon", float(eps), "a positive number")
     directory = out_dir or default_directory(job)
     progress.stage(f"checking the job file and its inputs ({job.source})")
-    checked = _check(job, beam_args)
+    checked = check_job(job, beam_args)
     check_worker_paths(job.runner.name, {"--out": directory})  # workers write measurements there
     probe_writable(directory, "--out (the tuning directory)")  # before anything is charged
     if job.source:

@@ -86,7 +86,7 @@ def _bound_chart(r: Recommendation) -> str | None:
     return _finish(fig, ax, "upper bound of the values", title)
 
 
-def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
+def _budget_chart(r: Recommendation) -> str:
     plt = _pyplot()
     points = error_vs_budget(r, FACTORS)
     fig, ax = plt.subplots(figsize=(7, 3.8))
@@ -94,7 +94,7 @@ def _budget_chart(r: Recommendation, epsilon_job: str) -> str:
     ax.plot(xs, [c for _, c, _ in points], marker="o", label="recommended bounds, fixed")
     ax.plot(xs, [b for _, _, b in points], linestyle="--", label="best bounds at each budget")
     ax.scatter([1.0], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
-               label=f"this job ({epsilon_job})")  # fmt: skip
+               label="this job (its share × 1)")  # fmt: skip
     xlabel = "the query's budget, as a multiple of its share in this job"
     return _finish(fig, ax, xlabel, f"{r.query}: error vs budget")
 
@@ -140,7 +140,7 @@ def render_tuning(
         chart = _bound_chart(r)
         if chart:
             parts.append(f'<figure class="plot" id="plot-{name}-bounds">{chart}</figure>')
-        budget = _budget_chart(r, "its share × 1")
+        budget = _budget_chart(r)
         parts.append(f'<figure class="plot" id="plot-{name}-budget">{budget}</figure>')
     if untuned:
         parts.append("<h2>Not tuned</h2><ul>")

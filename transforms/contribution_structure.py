@@ -109,7 +109,7 @@ def _pick_hash(key: bytes, person: str, partition: str) -> bytes:
 
 
 def shard_structure(
-    table: pa.Table, by: tuple[str, ...], edges: Iterable[int], pick_key: bytes | None
+    table: pa.Table, by: tuple[str, ...], h: ContributionHistograms, pick_key: bytes | None
 ) -> tuple[PairCounts, set[str]]:
     """One person shard (all rows of its persons): pair counts per (P, bucket of r) and the
     canonical keys the shard's persons picked (empty without ``pick_key``). Not private."""
@@ -120,7 +120,7 @@ def shard_structure(
     _, inverse, per_person = np.unique(persons, return_inverse=True, return_counts=True)
     p = per_person[inverse]
     r = pairs.column("count_all").to_numpy()
-    rb = np.searchsorted(np.asarray(list(edges)), r)  # bisect_left, as ContributionHistograms
+    rb = h.buckets(r)
     cells, n = np.unique(np.stack([p, rb], axis=1), axis=0, return_counts=True)
     counts = {(int(a), int(b)): int(c) for (a, b), c in zip(cells, n, strict=True)}
     picks: set[str] = set()
@@ -129,9 +129,9 @@ def shard_structure(
         best: dict[str, tuple[bytes, str]] = {}
         for person, key in zip(persons.tolist(), keys, strict=True):
             text = canonical_key_string(key)
-            h = _pick_hash(pick_key, person, text)
-            if person not in best or (h, text) < best[person]:
-                best[person] = (h, text)
+            digest = _pick_hash(pick_key, person, text)
+            if person not in best or (digest, text) < best[person]:
+                best[person] = (digest, text)
         picks = {text for _, text in best.values()}
     return counts, picks
 
@@ -199,11 +199,10 @@ class ContributionStructure(beam.PTransform[Any, Any]):
         release._register(plan.name, plan, Fraction(0))
         keys = release._query_keys()
         pick_key = keys.subkey("tune-pick", plan.name) if plan.partitions_epsilon else None
-        edges = plan.histogram.edges
-        by = plan.by
+        h, by = plan.histogram, plan.by
         out: PCollection[Any] = (
             people.shards()
-            | "Structure" >> beam.MapTuple(lambda _, t: shard_structure(t, by, edges, pick_key))
+            | "Structure" >> beam.MapTuple(lambda _, t: shard_structure(t, by, h, pick_key))
             | "Merge" >> beam.CombineGlobally(_MergeStructure())
             | "Noise" >> beam.Map(_AddNoise(plan, keys.for_query(plan.name), release._noise))
         )
@@ -245,16 +244,6 @@ class ValuePlan(_Measurement):
         return [f"values of {self.column}: pure ε = {float(self.share.epsilon):.4g}"]
 
 
-def value_buckets(h: ValueHistogram, x: np.ndarray) -> np.ndarray:
-    """:meth:`ValueHistogram.bucket` of every value, vectorised (NaN never reaches here:
-    validation sends it to the dead letters)."""
-    edges = np.asarray(h.edges)
-    half = len(edges) // 2
-    below = np.searchsorted(edges[:half], x, side="right")  # negative edges ≤ x
-    above = half + np.searchsorted(edges[half:], x, side="left")  # positive edges < x
-    return np.where(x < edges[half - 1], below, above)
-
-
 def shard_values(table: pa.Table, column: str, h: ValueHistogram) -> dict[tuple[int, int], int]:
     """One person shard: values per (n, bucket), n the person's number of values. Not private."""
     if table.num_rows == 0:
@@ -263,7 +252,7 @@ def shard_values(table: pa.Table, column: str, h: ValueHistogram) -> dict[tuple[
     _, inverse, per_person = np.unique(persons, return_inverse=True, return_counts=True)
     x = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
     cells, n = np.unique(
-        np.stack([per_person[inverse], value_buckets(h, x)], axis=1), axis=0, return_counts=True
+        np.stack([per_person[inverse], h.buckets(x)], axis=1), axis=0, return_counts=True
     )
     return {(int(a), int(b)): int(c) for (a, b), c in zip(cells, n, strict=True)}
 

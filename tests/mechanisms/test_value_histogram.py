@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from userdp.transforms.contribution_structure import value_buckets
 from userdp.transforms.mechanisms.bound_recommendation import (
     ContributionModel,
     ValueModel,
@@ -31,7 +30,7 @@ def test_buckets_are_signed_octaves_and_the_vectorised_form_agrees() -> None:
     xs = [-math.inf, -100, -8, -7.9, -4, -1.5, -1, -0.5, 0, 1, 1.5, 2, 3, 8, 9, math.inf]
     want = [0, 0, 1, 1, 2, 3, 4, 4, 4, 4, 5, 5, 6, 7, 8, 8]
     assert [V.bucket(x) for x in xs] == want
-    assert value_buckets(V, np.array(xs)).tolist() == want
+    assert V.buckets(np.array(xs)).tolist() == want
     assert [V.representative(b) for b in range(V.size)] == [-16, -6, -3, -1.5, 0, 1.5, 3, 6, 16]
     assert V.bound_candidates() == ([0.0, -1.0, -2.0, -4.0, -8.0], [0.0, 1.0, 2.0, 4.0, 8.0])
 

@@ -103,15 +103,6 @@ class ContributionModel:
         """The bounds considered: the grid's edges (where the model is exact)."""
         return self.params.edges
 
-    def kept_rows_sd(self, L: int, C: int) -> float:
-        """The standard deviation of :meth:`kept_rows`'s noise (public: Laplace(1/ε) per cell)."""
-        rep, b = self._rep, 1 / float(self.params.epsilon)
-        return math.sqrt(2 * b * b * sum(
-            (min(rep[pb], L) * min(rep[rb], C)) ** 2
-            for pb in range(self.params.size)
-            for rb in range(self.params.size)
-        ))  # fmt: skip
-
     def kept_rows(self, L: int, C: int) -> float:
         rep = self._rep
         return sum(

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import numpy as np
+
 from .accounting import PureDP
 from .additive import laplace_mechanism
 from .auto_bound import clamp_grid
@@ -83,6 +85,10 @@ class ContributionHistograms:
     def bucket(self, count: int) -> int:
         """The bucket of a count ≥ 1 (no noise)."""
         return bisect_left(self.edges, _count(count, "a contribution count"))
+
+    def buckets(self, counts: np.ndarray) -> np.ndarray:
+        """:meth:`bucket` of every count at once (the Beam side's form)."""
+        return np.searchsorted(np.asarray(self.edges), counts, side="left")
 
     def representative(self, b: int) -> float:
         """The value a bucket stands for: the middle of its whole numbers; twice the top edge for

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import numpy as np
+
 from .accounting import PureDP
 from .additive import laplace_mechanism
 from .checks import Rational, positive
@@ -59,10 +61,16 @@ class ValueHistogram:
         edges[b] on the negative side, and [−2^min, 2^min] in the middle. NaN is refused."""
         if math.isnan(x):
             raise ValueError("a value is a number, got NaN")
-        half = len(self.edges) // 2
-        if x < 0 and x < self.edges[half - 1]:  # below −2^min
-            return sum(1 for e in self.edges[:half] if e <= x)
-        return half + sum(1 for e in self.edges[half:] if e < x)
+        return int(self.buckets(np.array([x], dtype=np.float64))[0])
+
+    def buckets(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`bucket` of every value at once (the Beam side's form; NaN is never passed:
+        validation sends it to the dead letters)."""
+        edges = np.asarray(self.edges)
+        half = len(edges) // 2
+        below = np.searchsorted(edges[:half], x, side="right")  # negative edges ≤ x
+        above = half + np.searchsorted(edges[half:], x, side="left")  # positive edges < x
+        return np.where(x < edges[half - 1], below, above)
 
     def representative(self, b: int) -> float:
         """The value a bucket stands for: the middle of its octave, 0 for the middle bucket,
