@@ -82,6 +82,24 @@ def write_job(root: Path, where: str, ledger: str = "") -> Path:
     return path
 
 
+def ledger_job(root: Path, where: str, cap: str) -> tuple[Path, Path]:
+    """A job with a [ledger] whose scope ``logs`` is capped at ε = ``cap``: (job file, ledger)."""
+    ledger = root / f"ledger-{where}.sqlite"
+    path = write_job(root, where, f'[ledger]\npath = "{ledger}"\nscope = "logs"\n')
+    assert main(["ledger", "set-cap", "--scope", "logs", "--epsilon", cap,
+                 "--ledger", str(ledger)]) == 0  # fmt: skip
+    return path, ledger
+
+
+def spent(ledger: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The scope's exact ε spent, as the ledger shows it."""
+    capsys.readouterr()
+    assert main(["ledger", "show", "--json", "--ledger", str(ledger)]) == 0
+    (account,) = json.loads(capsys.readouterr().out)
+    assert account["scope"] == "logs"
+    return str(account["spent"]["epsilon_exact"])
+
+
 def exact_pairs(root: Path) -> dict[str, dict[str, int]]:
     table = pq.read_table(root / "logs.parquet", columns=["person_id", "domain"]).to_pylist()
     per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -201,18 +219,13 @@ def test_the_noise_model_matches_re_planning_at_other_bounds(logs: Path) -> None
 def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
     logs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ledger = logs / "ledger.sqlite"
-    path = write_job(logs, "ledger", f'[ledger]\npath = "{ledger}"\nscope = "logs"\n')
-    assert main(["ledger", "set-cap", "--scope", "logs", "--epsilon", "0.25",
-                 "--ledger", str(ledger)]) == 0  # fmt: skip
+    path, ledger = ledger_job(logs, "ledger", "0.25")
     assert main(["tune", str(path), "--epsilon", "0.2", "--out", str(logs / "t3")]) == 0
     out = capsys.readouterr().out
     assert "charged" in out and "tuning run logs-tune-" in out
     manifest = json.loads((logs / "t3" / "manifest.json").read_text())
     assert manifest["ledger"]["scope"] == "logs"
-    assert main(["ledger", "show", "--json", "--ledger", str(ledger)]) == 0
-    (account,) = json.loads(capsys.readouterr().out)
-    assert account["scope"] == "logs" and account["spent"]["epsilon_exact"] == "1/5"
+    assert spent(ledger, capsys) == "1/5"
     # a second tuning run would spend 0.4 > 0.25: refused, nothing measured
     assert main(["tune", str(path), "--epsilon", "0.2", "--out", str(logs / "t4")]) == 3
     assert not (logs / "t4").exists()
@@ -234,18 +247,13 @@ def test_misuse_is_refused_by_name(
 def test_an_unwritable_tuning_directory_is_refused_before_the_charge(
     logs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ledger = logs / "ledger-out.sqlite"
-    path = write_job(logs, "unwritable", f'[ledger]\npath = "{ledger}"\nscope = "logs"\n')
-    assert main(["ledger", "set-cap", "--scope", "logs", "--epsilon", "1",
-                 "--ledger", str(ledger)]) == 0  # fmt: skip
+    path, ledger = ledger_job(logs, "unwritable", "1")
     blocker = logs / "unwritable" / "a-file"
     blocker.write_text("")
     assert main(["tune", str(path), "--out", str(blocker / "tune")]) == 2
     assert re.search(r"--out \(the tuning directory\) '.*a-file/tune' cannot be written",
                      capsys.readouterr().err)  # fmt: skip
-    assert main(["ledger", "show", "--json", "--ledger", str(ledger)]) == 0
-    (account,) = json.loads(capsys.readouterr().out)
-    assert account["spent"]["epsilon_exact"] == "0"
+    assert spent(ledger, capsys) == "0"
 
 
 def test_a_job_without_a_file_needs_an_output_directory(logs: Path) -> None:
