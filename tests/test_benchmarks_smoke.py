@@ -78,6 +78,24 @@ def test_auto_bound_benchmark_prints_every_family_and_epsilon() -> None:
     assert out.rstrip().endswith(("targets met", "TARGETS MISSED"))
 
 
+def test_auto_bound_benchmark_heavy_families_and_bot_height() -> None:
+    """--heavy adds the heavy tails, --only picks families, --bot-height moves the 5 bots."""
+    import subprocess  # noqa: PLC0415
+
+    script = SCRIPT.with_name("auto_bound.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--people", "400", "--runs", "10", "--heavy",
+         "--only", "pareto", "--only", "zipf+bots", "--bot-height", "1000000"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    names = {"uniform", "lognormal", "zipf+bots", "zipf", "constant", "zipf-free", "zipf2.5"}
+    rows = [r for r in map(str.split, out.splitlines()) if r[:1] and r[0] in names | {"pareto"}]
+    assert [r[0] for r in rows] == ["zipf+bots"] * 3 + ["pareto"] * 3
+    assert "bots at 1,000,000" in out
+    # with the bots at 10^6 rows the best clamp keeps them at ε = 8: best B ≈ 10^6
+    assert 5e5 < float(rows[2][2]) <= 2e6
+
+
 FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["zipf"], ["constant"]]
 
 
