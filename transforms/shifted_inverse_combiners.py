@@ -137,7 +137,9 @@ class GatherRows(beam.CombineFn):
     def add_input(
         self, acc: list[tuple[Any, I64]], chunk: tuple[Any, I64]
     ) -> list[tuple[Any, I64]]:
-        return [*acc, chunk] if len(chunk[1]) else acc
+        if len(chunk[1]):
+            acc.append(chunk)  # in place: a copy per input would be quadratic in the chunks
+        return acc
 
     def merge_accumulators(self, accs: Iterable[list[tuple[Any, I64]]]) -> list[tuple[Any, I64]]:
         return [c for acc in accs for c in acc]
