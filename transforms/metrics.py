@@ -256,8 +256,9 @@ class Mean(_Metric):
 
 
 class Median(_Metric):
-    """Median of per-person values (``method``: smooth sensitivity, or the shifted inverse
-    mechanism). Guarantee per method: docs/local_sensitivity.md, docs/shifted_inverse.md."""
+    """Median of per-person values (``method``: the exponential mechanism, the default; smooth
+    sensitivity; or the shifted inverse mechanism). Guarantee per method:
+    docs/local_sensitivity.md, docs/shifted_inverse.md."""
 
     metric = "median"
 

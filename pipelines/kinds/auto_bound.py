@@ -8,7 +8,8 @@ candidates per octave inside ``bound_range`` (default [1, 2^30]): the fewest per
 against a prior for small clamps. The rest of the share adds Laplace (``noise = "laplace"``, the
 default under ε totals) or Gaussian (the default under ρ) noise of sensitivity B to
 Σ_i min(t_i, B). Guarantee: the choice (pure ε) composed with the noise, for add/remove one
-person (``docs/shifted_inverse.md`` §5, §7).
+person (``docs/shifted_inverse.md`` §5, §7); under a ρ total the choice, ε-bounded-range, runs
+with the largest ε with ε²/8 ≤ ρ (``docs/accounting.md``, "Bounded-range mechanisms").
 
 The chosen B is data-dependent but released by a DP mechanism, so it is published in the output
 row (``bound``, with ``value`` and ``stddev``); the manifest records only public facts — the

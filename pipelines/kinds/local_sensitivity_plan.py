@@ -13,7 +13,9 @@ manifest):
   Laplace-log-normal noise gets the largest ρ whose zCDP → (ε, δ) conversion (CKS 2020 Cor. 13,
   :func:`~transforms.mechanisms.accounting.zcdp_budget_for`) fits in the share.
 * ρ total (+ δ): ρ-zCDP noise gets ρ; an ε-DP mechanism gets the largest float ε with ε²/2 ≤ ρ
-  (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4); an (ε, δ)-DP mechanism gets that ε and the
+  (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4) — the exponential-mechanism quantile, being
+  ε-bounded-range, the largest with ε²/8 ≤ ρ (Cesar & Rogers 2021; docs/accounting.md, "Bounded-
+  range mechanisms"), twice that ε; an (ε, δ)-DP mechanism gets the ε of ε²/2 ≤ ρ and the
   query's δ share, and counts as δ-approximately ε²/2-zCDP (Bun & Steinke 2016, Def. 8.1: (ε, δ)-DP
   is δ-approximate (ε, 0)-zCDP, and the conditioned pair, being ε-indistinguishable, is
   ε²/2-zCDP). The δ is booked like private partition selection's (``plan.spent_selection_delta``).
@@ -31,6 +33,7 @@ from userdp.transforms.mechanisms.accounting import (
     ApproxDP,
     Budget,
     PureDP,
+    bounded_range_epsilon_within_rho,
     epsilon_within_rho,
     float_down,
     zcdp_budget_for,
@@ -72,6 +75,20 @@ def dp_budget(share: Budget, zcdp_delta: Fraction) -> DPBudget:
     return DPBudget(share.epsilon, Fraction(0))
 
 
+def bounded_range_epsilon(share: Budget) -> Fraction:
+    """ε for an ε-bounded-range mechanism (the exponential mechanism) from the query's share: the
+    share's ε, or under a ρ total the largest float ε with ε²/8 ≤ ρ (module docstring)."""
+    if isinstance(share, ZCDP):
+        return Fraction(bounded_range_epsilon_within_rho(share.rho))
+    return share.epsilon
+
+
+def is_bounded_range(mechanism: object) -> bool:
+    """Whether the mechanism's privacy loss spans at most its ε (so ε²/8-zCDP): the exponential
+    quantile. Smooth-sensitivity noise, PTR and stability are not counted so."""
+    return isinstance(mechanism, ExponentialQuantile)
+
+
 def zcdp_rho(share: Budget) -> Fraction:
     """ρ for a ρ-zCDP mechanism: the share's ρ, or the largest ρ that implies an (ε, δ) share."""
     if isinstance(share, ZCDP):
@@ -106,9 +123,20 @@ def _rank_error(m: ExponentialQuantile) -> float:
     return (2 * math.log((m.cells + 1) / 0.05) / float(m.epsilon) + 1) * delta / d
 
 
-def counted_as(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> dict[str, Any]:
+BOUNDED_RANGE_RULE = (
+    "ε-bounded-range (the exponential mechanism) is ε²/8-zCDP (Cesar & Rogers 2021; "
+    "docs/accounting.md), ε²/8 ≤ ρ"
+)
+
+
+def counted_as(
+    share: Budget, guarantee: Budget, zcdp_delta: Fraction, *, bounded_range: bool = False
+) -> dict[str, Any]:
     """How ``guarantee`` (the mechanism's) is counted in ``share`` (the manifest's
-    ``counted_as``): the rule, and under a ρ total the δ booked beside ρ."""
+    ``counted_as``): the rule, and under a ρ total the δ booked beside ρ. ``bounded_range``: the
+    mechanism is ε-bounded-range, counted as ε²/8 under ρ (:func:`bounded_range_epsilon`)."""
+    if isinstance(share, ZCDP) and bounded_range and isinstance(guarantee, PureDP):
+        return {"rule": BOUNDED_RANGE_RULE}
     if isinstance(share, ZCDP):
         rule = {
             PureDP: "ε-DP is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4), ε²/2 ≤ ρ",
@@ -130,10 +158,13 @@ def counted_as(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> dict[s
     return out
 
 
-def _guarantee_line(share: Budget, guarantee: Budget, zcdp_delta: Fraction) -> str:
+def _guarantee_line(
+    share: Budget, guarantee: Budget, zcdp_delta: Fraction, *, bounded_range: bool = False
+) -> str:
     line = f"guarantee: {guarantee} for {NEIGHBOURS}"
     if isinstance(share, ZCDP) and not isinstance(guarantee, ZCDP):
-        rho = Fraction(guarantee.epsilon) ** 2 / 2
+        rho = Fraction(guarantee.epsilon) ** 2 / (8 if bounded_range else 2)
+        line += " (ε-bounded-range: ρ = ε²/8)" * (bounded_range and isinstance(guarantee, PureDP))
         extra = f", δ={float(zcdp_delta):.3g} booked beside ρ" * isinstance(guarantee, ApproxDP)
         line += f"; counted as ρ={float(rho):.6g} ≤ share{extra}"
     elif isinstance(share, ApproxDP) and isinstance(guarantee, ZCDP):
@@ -219,7 +250,12 @@ class PerPersonPlan:
             "share": self.share.to_manifest(),
             "mechanism": self.mechanism.to_manifest(),
             "guarantee": {**self.guarantee.to_manifest(), "neighbouring": NEIGHBOURS},
-            "counted_as": counted_as(self.share, self.guarantee, self.zcdp_delta),
+            "counted_as": counted_as(
+                self.share,
+                self.guarantee,
+                self.zcdp_delta,
+                bounded_range=is_bounded_range(self.mechanism),
+            ),
             "output": "one row: value (null for ⊥), released (false for ⊥)",
             "gathered": "every per-person value on one worker (8 bytes per person)",
         }
@@ -241,7 +277,9 @@ class PerPersonPlan:
             ]
         else:
             lines = [head + "propose-test-release", *_ptr_lines(m)]
-        return [*lines, _guarantee_line(self.share, self.guarantee, self.zcdp_delta)]
+        br = is_bounded_range(m)
+        guarantee = _guarantee_line(self.share, self.guarantee, self.zcdp_delta, bounded_range=br)
+        return [*lines, guarantee]
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,12 @@ How a query's share is spent (``counted_as`` in the manifest; ``docs/shifted_inv
 * ``bound = "auto"``: ``auto_share`` (default 1/2) of it to the clamp choice, the rest to the noise.
 * Within a part: pure-ε mechanisms (the exponential search, the pure binary search, the clamp
   choice, Laplace noise) take ε; (ε, δ) shares count them as (ε, 0); under ρ they take the largest
-  float ε with ε²/2 ≤ ρ (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4). The ρ-zCDP binary search
-  and Gaussian noise take ρ; Gaussian noise under an (ε, δ) share takes the largest ρ whose
+  float ε with ε²/2 ≤ ρ (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4) — except the clamp
+  choice, an exponential mechanism and so ε-bounded-range, which takes the largest ε with
+  ε²/8 ≤ ρ (Cesar & Rogers 2021; docs/accounting.md "Bounded-range mechanisms"). (The shifted
+  inverse's exponential search is bounded-range too, but its quantile composes two releases in
+  one guarantee; it keeps ε²/2, and under ρ the binary search is the default.) The ρ-zCDP binary
+  search and Gaussian noise take ρ; Gaussian noise under an (ε, δ) share takes the largest ρ whose
   conversion fits it (Canonne, Kamath & Steinke 2020 Cor. 13).
 """
 
@@ -29,6 +33,7 @@ from userdp.transforms.mechanisms.accounting import (
     ApproxDP,
     Budget,
     PureDP,
+    bounded_range_epsilon_within_rho,
     compose,
     epsilon_within_rho,
     float_down,
@@ -78,8 +83,10 @@ def shifted_inverse_params(part: Budget, o: dict[str, Any], *, count: bool) -> S
     )
 
 
-def _counted(share: Budget, per_partition: Budget, parts: int) -> dict[str, Any]:
-    rule = counted_as(share, per_partition, Fraction(0))["rule"]
+def _counted(
+    share: Budget, per_partition: Budget, parts: int, *, bounded_range: bool = False
+) -> dict[str, Any]:
+    rule = counted_as(share, per_partition, Fraction(0), bounded_range=bounded_range)["rule"]
     if parts > 1:
         rule += f"; per part, {parts} parts per person compose (basic composition)"
     return {"rule": rule, "parts_per_person": parts}
@@ -218,7 +225,12 @@ def auto_bound_parts(
         )
     else:
         choice, rest = PureDP(part.epsilon * auto_share), PureDP(part.epsilon * (1 - auto_share))
-    eps_choice = pure_epsilon(choice)
+    # the choice is an exponential mechanism: ε-bounded-range, so ε²/8 ≤ ρ (module docstring)
+    eps_choice = (
+        Fraction(bounded_range_epsilon_within_rho(choice.rho))
+        if isinstance(choice, ZCDP)
+        else pure_epsilon(choice)
+    )
     if noise == "laplace":
         return eps_choice, float_down(pure_epsilon(rest)), None
     if isinstance(rest, ZCDP):
@@ -284,7 +296,7 @@ class AutoBoundPlan:
     def to_manifest(self) -> dict[str, Any]:
         noise = unit_noise(self.epsilon, self.rho)
         parts = self.max_partitions_per_person
-        choice_counted = _counted(self.share, self.choice.guarantee, parts)
+        choice_counted = _counted(self.share, self.choice.guarantee, parts, bounded_range=True)
         return {
             "name": self.name,
             "metric": self.metric,

@@ -21,6 +21,7 @@ from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,
     PureDP,
+    bounded_range_epsilon_within_rho,
     compose,
     epsilon_within_rho,
     pure_to_approx,
@@ -428,3 +429,11 @@ def test_epsilon_within_rho_is_the_largest_float_inside(rho: Fraction) -> None:
     eps = epsilon_within_rho(rho)
     assert Fraction(eps) ** 2 / 2 <= rho
     assert Fraction(math.nextafter(eps, math.inf)) ** 2 / 2 > rho
+
+
+@pytest.mark.parametrize("rho", [Fraction(1, 2), Fraction(1, 3), Fraction(1, 10**6), Fraction(7)])
+def test_bounded_range_epsilon_within_rho_is_the_largest_float_inside(rho: Fraction) -> None:
+    eps = bounded_range_epsilon_within_rho(rho)
+    assert Fraction(eps) ** 2 / 8 <= rho
+    assert Fraction(math.nextafter(eps, math.inf)) ** 2 / 8 > rho
+    assert eps == pytest.approx(2 * epsilon_within_rho(rho), rel=1e-15)  # twice the ε of ε²/2

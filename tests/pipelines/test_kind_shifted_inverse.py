@@ -208,7 +208,11 @@ def test_auto_bound_splits_its_share_between_choice_and_noise(tmp_path: Path) ->
     assert g.rho is not None and Fraction(g.rho) <= rho and g.rho == pytest.approx(float(rho))
     zc = plan_release(parse_job(job(tmp_path, AUTO, rho=0.5))).queries[0]
     assert isinstance(zc, AutoBoundPlan) and zc.noise == "gaussian" and zc.rho == 0.375
-    assert Fraction(zc.choice.epsilon) ** 2 / 2 <= Fraction(1, 8)
+    # the choice is ε-bounded-range, so ε²/8-zCDP: its ρ = 1/8 buys ε = 1 (ε²/2 would give 1/2)
+    assert zc.choice.epsilon == 1
+    counted = zc.to_manifest()["counted_as"]
+    assert "ε²/8-zCDP" in counted["clamp_choice"]["rule"]
+    assert "ρ-zCDP within" in counted["statistic"]["rule"]  # the Gaussian noise: its own ρ
 
 
 # ------------------------------------------------------------------------ plan and manifest

@@ -60,9 +60,27 @@ def epsilon_within_rho(rho: Fraction) -> float:
     """The largest float ε with ε²/2 ≤ ρ: an ε-DP mechanism is ε²/2-zCDP (Bun–Steinke 2016,
     Prop. 1.4), so it may run inside a ρ share; an (ε, δ) one is then δ-approximately so
     (docs/accounting.md)."""
-    eps = math.sqrt(2 * float(rho))
-    while Fraction(eps) ** 2 / 2 > rho:
+    return _largest_float_with_square_within(2 * rho)
+
+
+def bounded_range_epsilon_within_rho(rho: Fraction) -> float:
+    """The largest float ε with ε²/8 ≤ ρ, for an *ε-bounded-range* mechanism: one whose privacy
+    loss ln(P[M(x) = y] / P[M(x') = y]) spans an interval of length at most ε over the outputs y,
+    for every pair of neighbours. Such a mechanism is ε²/8-zCDP (Cesar & Rogers 2021; proof in
+    docs/accounting.md, "Bounded-range mechanisms"), a quarter of the ε²/2 of an arbitrary ε-DP
+    one, so inside a ρ share it runs with twice the ε. The exponential mechanism is ε-bounded-range
+    in both its forms here (weights e^(ε·u/(2Δ)), or e^(ε·u/Δ) for a monotone utility); Laplace
+    noise is not (its loss spans 2ε) and keeps :func:`epsilon_within_rho`."""
+    return _largest_float_with_square_within(8 * rho)
+
+
+def _largest_float_with_square_within(bound: Fraction) -> float:
+    """The largest float ε ≥ 0 with ε² ≤ bound (exact comparison)."""
+    eps = math.sqrt(float(bound))
+    while Fraction(eps) ** 2 > bound:
         eps = math.nextafter(eps, 0.0)
+    while Fraction(math.nextafter(eps, math.inf)) ** 2 <= bound:
+        eps = math.nextafter(eps, math.inf)
     return eps
 
 

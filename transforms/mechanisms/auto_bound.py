@@ -117,7 +117,10 @@ class ClampChoiceParams:
     (McSherry & Talwar 2007; the monotone form when m = 0) with a data-independent prior,
     sampled exactly by :func:`~.exponential.sample_exp_weights`, on a utility of sensitivity 1
     over a candidate set fixed by the parameters (proof: ``docs/shifted_inverse.md`` §5).
-    Compose it with the clamped release that follows.
+    Compose it with the clamped release that follows. It is also ε-bounded-range (its privacy
+    loss spans at most ε over the candidates), hence ε²/8-zCDP, which is how a ρ share counts it
+    (``docs/accounting.md``, "Bounded-range mechanisms"; brute force:
+    ``tests/mechanisms/test_bounded_range.py``).
 
     Attributes:
       epsilon: the budget spent on the choice.

@@ -12,9 +12,10 @@ moved across. Adding or removing one person's value changes B(k) or T(k) (or nei
 every score moves by at most Δ = max(a, d − a); the mechanism picks k with probability
 ∝ exp(ε·u(k)/(2Δ)) (McSherry & Talwar 2007; Dwork & Roth 2014, Thm. 3.10; for quantiles Smith
 2011). **Guarantee: pure ε-DP, add/remove one person** (one value per person: the job's
-``per_person`` reduction). The candidate set depends only on the public bounds and G. Derivation
-and the brute-force check: ``docs/local_sensitivity.md`` §13,
-``tests/mechanisms/test_exponential_quantile.py``.
+``per_person`` reduction); also ε-bounded-range, hence ε²/8-zCDP (``docs/accounting.md``,
+"Bounded-range mechanisms"), which is how a ρ share counts it. The candidate set depends only
+on the public bounds and G. Derivation and the brute-force checks: ``docs/local_sensitivity.md``
+§13, ``tests/mechanisms/test_exponential_quantile.py``, ``test_bounded_range.py``.
 
 Sampling is exact: scores are constant on the open runs of grid points between consecutive
 distinct data indices, so the candidates are grouped into at most 2n + 1 runs, one run is drawn by
