@@ -62,9 +62,9 @@ import numpy as np
 from shifted_inverse import top_values, trimmed_error
 
 from userdp.pipelines.kinds.auto_bound import DEFAULT_AUTO_SHARE, SUM_OCTAVES
-from userdp.pipelines.kinds.shifted_inverse_plan import clamp_choice
-from userdp.transforms.mechanisms.accounting import PureDP
-from userdp.transforms.mechanisms.additive import laplace_mechanism
+from userdp.pipelines.kinds.shifted_inverse_plan import auto_bound_parts, clamp_choice
+from userdp.transforms.mechanisms.accounting import ZCDP, PureDP, epsilon_within_rho
+from userdp.transforms.mechanisms.additive import gaussian_mechanism, laplace_mechanism
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams, target_clipped_for_noise
 from userdp.transforms.mechanisms.rng import KeyedRng
 from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams, shifted_inverse
@@ -75,6 +75,7 @@ EPSILONS = (Fraction(1, 10), Fraction(1), Fraction(8))
 RANGE = (0, 30)  # the job file's default bound_range [1, 2^30]
 TUNING: dict[str, object] = {}  # --tune field=value: ClampChoiceParams overrides of `auto`
 CHOSEN: list[float] = []  # the clamps the last auto release chose, run by run
+RHO = False  # --rho: each ε stands for ρ = ε²/2, Gaussian noise
 
 
 def families(
@@ -106,6 +107,8 @@ def auto_release(
     totals: np.ndarray, count: bool, eps: Fraction, share: Fraction, old: bool
 ) -> Callable[[int], float]:
     """Run i → the released total with a privately chosen clamp."""
+    if RHO:
+        return auto_release_rho(totals, count, eps, share, old)
     eps_choice, eps_noise = eps * share, eps * (1 - share)
     unit = 0 if count else RANGE[1] - SUM_OCTAVES
     if old:  # the replaced design: powers of two, m = s, no prior
@@ -134,14 +137,42 @@ def auto_release(
     return run
 
 
+def auto_release_rho(
+    totals: np.ndarray, count: bool, eps: Fraction, share: Fraction, old: bool
+) -> Callable[[int], float]:
+    """``--rho``: the job under ρ = ε²/2 (Gaussian noise, the default there), with the choice's
+    ε as the plan gives it (ε²/8 ≤ ρ_c, bounded range) or, ``old``, by the ε²/2 rule it replaced."""
+    rho = eps**2 / 2
+    eps_choice, _, rho_noise = auto_bound_parts(ZCDP(rho), 1, share, "gaussian")
+    if old:
+        eps_choice = Fraction(epsilon_within_rho(rho * share))
+    choice = clamp_choice(eps_choice, RANGE, 0 if count else RANGE[1] - SUM_OCTAVES)
+    cands = np.array([float(c) for c in choice.candidates])
+    hist = np.bincount(np.searchsorted(cands, totals, side="left"), minlength=len(cands) + 1)
+    clamped = [clamped_total(totals, c) for c in cands]
+    label = "rho-old" if old else "rho"
+    assert rho_noise is not None
+
+    def run(i: int) -> float:
+        k = choice.choose(hist.tolist(), KeyedRng(SECRET, label, str(eps), i, "bound"))
+        CHOSEN.append(float(cands[k]))
+        rng = KeyedRng(SECRET, label, str(eps), i, "value")
+        return gaussian_mechanism(clamped[k], sensitivity=float(cands[k]), rho=rho_noise, rng=rng)
+
+    return run
+
+
 def best_clamp(totals: np.ndarray, eps: Fraction, runs: int) -> tuple[float, float]:
-    """(clamp, error) of the best clamp in hindsight on a 16-per-octave grid, all ε on noise."""
-    unit_noise = np.array(
-        [
-            laplace_mechanism(0.0, sensitivity=1.0, epsilon=1.0, rng=KeyedRng(SECRET, "best", i))
-            for i in range(runs)
-        ]
-    )
+    """(clamp, error) of the best clamp in hindsight on a 16-per-octave grid, all ε on noise
+    (``--rho``: Gaussian noise with all of ρ = ε²/2)."""
+
+    def unit(i: int) -> float:  # noise at sensitivity 1 and ε = 1 (or ρ = ½)
+        rng = KeyedRng(SECRET, "best", i)
+        if RHO:
+            return gaussian_mechanism(0.0, sensitivity=1.0, rho=0.5, rng=rng)
+        return laplace_mechanism(0.0, sensitivity=1.0, epsilon=1.0, rng=rng)
+
+    unit_noise = np.array([unit(i) for i in range(runs)])
     truth = float(totals.sum())
     top = max(float(totals.max()), 1.0)
     grid = 2.0 ** (np.arange(-10 * 16, math.ceil(math.log2(top)) * 16 + 17) / 16.0)
@@ -179,7 +210,8 @@ def report(
 ) -> bool:
     """Print the table; True when every cell meets the issue's targets."""
     print(f"auto bound vs best clamp in hindsight vs shifted inverse: {people:,} persons, "
-          f"{runs} runs, auto_share {share}, bots at {bot_height:,}")  # fmt: skip
+          f"{runs} runs, auto_share {share}, bots at {bot_height:,}"
+          + (" — ρ = ε²/2, Gaussian noise; auto(old): choice's ε by ε²/2 ≤ ρ" * RHO))  # fmt: skip
     head = f"{'family':<10} {'ε':>4} {'best B':>9} {'best':>10} {'auto':>10} {'auto(old)':>11}"
     print(head + f" {'shifted inv':>11} {'auto/best':>9} {'auto/SI':>8} {'auto B p10/50/90':>22}")
     ok = True
@@ -221,7 +253,10 @@ def main() -> int:
     ap.add_argument("--heavy", action="store_true", help="add three heavy-tailed families")
     ap.add_argument("--bot-height", type=int, default=100_000, help="rows of each of the 5 bots")
     ap.add_argument("--only", action="append", default=[], help="run only this family")
+    ap.add_argument("--rho", action="store_true", help="budgets ρ = ε²/2, Gaussian noise")
     args = ap.parse_args()
+    global RHO  # noqa: PLW0603 (a run-wide mode, like TUNING)
+    RHO = args.rho
     for item in args.tune or []:
         k, v = item.split("=")
         TUNING[k] = int(v) if k in ("per_octave", "unit_exponent") else Fraction(v)

@@ -96,6 +96,21 @@ def test_auto_bound_benchmark_heavy_families_and_bot_height() -> None:
     assert 5e5 < float(rows[2][2]) <= 2e6
 
 
+def test_auto_bound_benchmark_rho_mode_runs_the_jobs_zcdp_plan() -> None:
+    import subprocess  # noqa: PLC0415
+
+    script = SCRIPT.with_name("auto_bound.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--people", "400", "--runs", "10", "--rho",
+         "--only", "constant"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    assert "ρ = ε²/2, Gaussian noise" in out
+    rows = [r for r in map(str.split, out.splitlines()) if r[:1] == ["constant"]]
+    assert [r[1] for r in rows] == ["0.1", "1", "8"]
+    assert all(r[2] == "1" for r in rows)  # one row per person: the best clamp is 1
+
+
 FAMILIES = [["uniform"], ["lognormal"], ["zipf+bots"], ["zipf"], ["constant"]]
 
 
