@@ -9,7 +9,7 @@ How a query's share is spent (``counted_as`` in the manifest; ``docs/shifted_inv
   share in the share's own kind (ε/L, (ε/L, δ/L) or ρ/L); by basic composition the ≤ L releases one
   person can change spend at most the share. Without ``by``, L = 1.
 * Quantiles: half of that to the row count, half to the selection.
-* ``bound = "auto"``: ``auto_share`` (default 1/2) of it to the clamp choice, the rest to the noise.
+* ``bound = "auto"``: ``auto_share`` (default 1/4) of it to the clamp choice, the rest to the noise.
 * Within a part: pure-ε mechanisms (the exponential search, the pure binary search, the clamp
   choice, Laplace noise) take ε; (ε, δ) shares count them as (ε, 0); under ρ they take the largest
   float ε with ε²/2 ≤ ρ (ε-DP is ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4) — except the clamp
