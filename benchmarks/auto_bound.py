@@ -34,6 +34,11 @@ of the control's cap:
 ``--bot-height H`` moves the 5 bots to H rows each (default 10^5), to show how the choice
 behaves as the same 5 persons stand further above the rest.
 
+``--rho`` reads each ε as a ρ-zCDP budget ρ = ε²/2 and runs the job's plan for it: Gaussian
+noise, the choice at the largest ε with ε²/8 ≤ its ρ share (bounded range, docs/accounting.md);
+``auto(old)`` is then the same with the ε²/2 rule, the best clamp has Gaussian noise with all of
+ρ, and the shifted inverse column stays the pure-ε one (a stronger guarantee: not comparable).
+
 Error = mean of the middle 60% of |released − true total| over ``--runs`` runs (FDY22's measure);
 the best clamp's error is computed on the same standard Laplace draws for every clamp. Printed
 per family and ε ∈ {0.1, 1, 8}: each method's error, and the ratios auto / best and
@@ -42,7 +47,7 @@ inverse.
 
 Usage: python benchmarks/auto_bound.py [--people 100000] [--runs 200] [--auto-share 1/4]
                                         [--tune step_prior=1/3 ...] [--heavy] [--bot-height H]
-                                        [--only FAMILY ...]
+                                        [--only FAMILY ...] [--rho]
 """
 
 from __future__ import annotations
