@@ -126,20 +126,11 @@ def auto_release(
         choice = clamp_choice(eps_choice, RANGE, unit)
     if TUNING and not old:
         choice = dataclasses.replace(choice, **TUNING)  # type: ignore[arg-type]
-    cands = np.array([float(c) for c in choice.candidates])
-    hist = np.bincount(np.searchsorted(cands, totals, side="left"), minlength=len(cands) + 1)
-    clamped = [clamped_total(totals, c) for c in cands]
-    label = "old" if old else "auto"
 
-    def run(i: int) -> float:
-        k = choice.choose(hist.tolist(), KeyedRng(SECRET, label, str(eps), i, "bound"))
-        CHOSEN.append(float(cands[k]))
-        rng = KeyedRng(SECRET, label, str(eps), i, "value")
-        return laplace_mechanism(
-            clamped[k], sensitivity=float(cands[k]), epsilon=eps_noise, rng=rng
-        )
+    def noise(value: float, bound: float, rng: KeyedRng) -> float:
+        return laplace_mechanism(value, sensitivity=bound, epsilon=eps_noise, rng=rng)
 
-    return run
+    return _clamp_then_noise(totals, choice, noise, ("old" if old else "auto", str(eps)))
 
 
 def auto_release_rho(
@@ -152,17 +143,29 @@ def auto_release_rho(
     if old:
         eps_choice = Fraction(epsilon_within_rho(rho * share))
     choice = clamp_choice(eps_choice, RANGE, 0 if count else RANGE[1] - SUM_OCTAVES)
+    assert rho_noise is not None
+
+    def noise(value: float, bound: float, rng: KeyedRng) -> float:
+        return gaussian_mechanism(value, sensitivity=bound, rho=rho_noise, rng=rng)
+
+    return _clamp_then_noise(totals, choice, noise, ("rho-old" if old else "rho", str(eps)))
+
+
+def _clamp_then_noise(
+    totals: np.ndarray,
+    choice: ClampChoiceParams,
+    noise: Callable[[float, float, KeyedRng], float],
+    label: tuple[str, str],
+) -> Callable[[int], float]:
+    """Run i → choose the clamp (recorded in CHOSEN), then ``noise(clamped total, clamp, rng)``."""
     cands = np.array([float(c) for c in choice.candidates])
     hist = np.bincount(np.searchsorted(cands, totals, side="left"), minlength=len(cands) + 1)
     clamped = [clamped_total(totals, c) for c in cands]
-    label = "rho-old" if old else "rho"
-    assert rho_noise is not None
 
     def run(i: int) -> float:
-        k = choice.choose(hist.tolist(), KeyedRng(SECRET, label, str(eps), i, "bound"))
+        k = choice.choose(hist.tolist(), KeyedRng(SECRET, *label, i, "bound"))
         CHOSEN.append(float(cands[k]))
-        rng = KeyedRng(SECRET, label, str(eps), i, "value")
-        return gaussian_mechanism(clamped[k], sensitivity=float(cands[k]), rho=rho_noise, rng=rng)
+        return noise(clamped[k], float(cands[k]), KeyedRng(SECRET, *label, i, "value"))
 
     return run
 

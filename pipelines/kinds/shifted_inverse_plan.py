@@ -33,7 +33,6 @@ from userdp.transforms.mechanisms.accounting import (
     ApproxDP,
     Budget,
     PureDP,
-    bounded_range_epsilon_within_rho,
     compose,
     epsilon_within_rho,
     float_down,
@@ -43,7 +42,7 @@ from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMech
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
 from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 
-from .local_sensitivity_plan import counted_as
+from .local_sensitivity_plan import bounded_range_epsilon, counted_as
 
 NEIGHBOURS = "add/remove one person"
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
@@ -225,12 +224,7 @@ def auto_bound_parts(
         )
     else:
         choice, rest = PureDP(part.epsilon * auto_share), PureDP(part.epsilon * (1 - auto_share))
-    # the choice is an exponential mechanism: ε-bounded-range, so ε²/8 ≤ ρ (module docstring)
-    eps_choice = (
-        Fraction(bounded_range_epsilon_within_rho(choice.rho))
-        if isinstance(choice, ZCDP)
-        else pure_epsilon(choice)
-    )
+    eps_choice = bounded_range_epsilon(choice)  # an exponential mechanism: ε²/8 ≤ ρ under ρ
     if noise == "laplace":
         return eps_choice, float_down(pure_epsilon(rest)), None
     if isinstance(rest, ZCDP):
