@@ -42,8 +42,11 @@ noise, the choice at the largest ε with ε²/8 ≤ its ρ share (bounded range,
 Error = mean of the middle 60% of |released − true total| over ``--runs`` runs (FDY22's measure);
 the best clamp's error is computed on the same standard Laplace draws for every clamp. Printed
 per family and ε ∈ {0.1, 1, 8}: each method's error, and the ratios auto / best and
-auto / shifted inverse. The issue's targets: auto / best ≤ 2 (never above 4), auto ≤ shifted
-inverse.
+auto / shifted inverse. ``exact`` is auto / best over infinitely many runs, computed from the
+choice's exact probabilities and the noise's law (:mod:`exact_error`): 200 sampled runs move the
+ratio by ~10%, the size of the margins, so the targets are judged on it; the sampled ratio beside
+it checks that the mechanism, run through the job's code, has that law. The issue's targets:
+auto / best ≤ 2 (never above 4), auto ≤ shifted inverse.
 
 Usage: python benchmarks/auto_bound.py [--people 100000] [--runs 200] [--auto-share 1/4]
                                         [--tune step_prior=1/3 ...] [--heavy] [--bot-height H]
@@ -64,6 +67,7 @@ import numpy as np
 
 # FDY22's error measure and the top-K helper, shared with the shifted inverse benchmark
 # (benchmarks/ is sys.path[0] when a script here runs)
+from exact_error import best_clamp_error, choice_error, gaussian_unit, laplace_unit
 from shifted_inverse import top_values, trimmed_error
 
 from userdp.pipelines.kinds.auto_bound import DEFAULT_AUTO_SHARE, SUM_OCTAVES
@@ -108,14 +112,23 @@ def clamped_total(totals: np.ndarray, bound: float) -> float:
     return float(np.minimum(totals, bound).sum())
 
 
-def auto_release(
-    totals: np.ndarray, count: bool, eps: Fraction, share: Fraction, old: bool
-) -> Callable[[int], float]:
-    """Run i → the released total with a privately chosen clamp."""
-    if RHO:
-        return auto_release_rho(totals, count, eps, share, old)
-    eps_choice, eps_noise = eps * share, eps * (1 - share)
+def auto_setting(
+    count: bool, eps: Fraction, share: Fraction, old: bool
+) -> tuple[ClampChoiceParams, Fraction | float, str]:
+    """(the clamp choice, the noise's budget, its law: ``laplace`` at ε or ``gaussian`` at ρ) of
+    ``auto`` or, with ``old``, of the replaced design — what a job's plan builds for ε and share.
+
+    ``--rho``: the job under ρ = ε²/2 (Gaussian noise, the default there), with the choice's ε as
+    the plan gives it (ε²/8 ≤ ρ_c, bounded range) or, ``old``, by the ε²/2 rule it replaced."""
     unit = 0 if count else RANGE[1] - SUM_OCTAVES
+    if RHO:
+        rho = eps**2 / 2
+        eps_choice, _, rho_noise = auto_bound_parts(ZCDP(rho), 1, share, "gaussian")
+        if old:
+            eps_choice = Fraction(epsilon_within_rho(rho * share))
+        assert rho_noise is not None
+        return clamp_choice(eps_choice, RANGE, unit), rho_noise, "gaussian"
+    eps_choice, eps_noise = eps * share, eps * (1 - share)
     if old:  # the replaced design: powers of two, m = s, no prior
         s = target_clipped_for_noise(Fraction(math.sqrt(2)) / eps_noise)
         choice = ClampChoiceParams(
@@ -124,31 +137,34 @@ def auto_release(
         )  # fmt: skip
     else:  # exactly what a job's plan builds
         choice = clamp_choice(eps_choice, RANGE, unit)
-    if TUNING and not old:
-        choice = dataclasses.replace(choice, **TUNING)  # type: ignore[arg-type]
-
-    def noise(value: float, bound: float, rng: KeyedRng) -> float:
-        return laplace_mechanism(value, sensitivity=bound, epsilon=eps_noise, rng=rng)
-
-    return _clamp_then_noise(totals, choice, noise, ("old" if old else "auto", str(eps)))
+        if TUNING:
+            choice = dataclasses.replace(choice, **TUNING)  # type: ignore[arg-type]
+    return choice, eps_noise, "laplace"
 
 
-def auto_release_rho(
+def auto_release(
     totals: np.ndarray, count: bool, eps: Fraction, share: Fraction, old: bool
 ) -> Callable[[int], float]:
-    """``--rho``: the job under ρ = ε²/2 (Gaussian noise, the default there), with the choice's
-    ε as the plan gives it (ε²/8 ≤ ρ_c, bounded range) or, ``old``, by the ε²/2 rule it replaced."""
-    rho = eps**2 / 2
-    eps_choice, _, rho_noise = auto_bound_parts(ZCDP(rho), 1, share, "gaussian")
-    if old:
-        eps_choice = Fraction(epsilon_within_rho(rho * share))
-    choice = clamp_choice(eps_choice, RANGE, 0 if count else RANGE[1] - SUM_OCTAVES)
-    assert rho_noise is not None
+    """Run i → the released total with a privately chosen clamp (:func:`auto_setting`)."""
+    choice, budget, law = auto_setting(count, eps, share, old)
 
     def noise(value: float, bound: float, rng: KeyedRng) -> float:
-        return gaussian_mechanism(value, sensitivity=bound, rho=rho_noise, rng=rng)
+        if law == "gaussian":
+            return gaussian_mechanism(value, sensitivity=bound, rho=float(budget), rng=rng)
+        return laplace_mechanism(value, sensitivity=bound, epsilon=budget, rng=rng)
 
-    return _clamp_then_noise(totals, choice, noise, ("rho-old" if old else "rho", str(eps)))
+    tag = ("rho-old" if old else "rho") if RHO else ("old" if old else "auto")
+    return _clamp_then_noise(totals, choice, noise, (tag, str(eps)))
+
+
+def exact_ratio(totals: np.ndarray, count: bool, eps: Fraction, share: Fraction) -> float:
+    """auto / best with both errors computed from their exact laws (:mod:`exact_error`)."""
+    choice, budget, law = auto_setting(count, eps, share, old=False)
+    if law == "gaussian":
+        auto = choice_error(totals, choice, gaussian_unit(budget), law)
+        return auto / best_clamp_error(totals, gaussian_unit(eps**2 / 2), law)
+    auto = choice_error(totals, choice, laplace_unit(budget), law)
+    return auto / best_clamp_error(totals, laplace_unit(eps), law)
 
 
 def _clamp_then_noise(
@@ -221,7 +237,8 @@ def report(
           f"{runs} runs, auto_share {share}, bots at {bot_height:,}"
           + (" — ρ = ε²/2, Gaussian noise; auto(old): choice's ε by ε²/2 ≤ ρ" * RHO))  # fmt: skip
     head = f"{'family':<10} {'ε':>4} {'best B':>9} {'best':>10} {'auto':>10} {'auto(old)':>11}"
-    print(head + f" {'shifted inv':>11} {'auto/best':>9} {'auto/SI':>8} {'auto B p10/50/90':>22}")
+    print(head + f" {'shifted inv':>11} {'auto/best':>9} {'exact':>6} {'auto/SI':>8} "
+          f"{'auto B p10/50/90':>22}")  # fmt: skip
     ok = True
     for name, (totals, count) in families(people, heavy, bot_height).items():
         if only and name not in only:
@@ -239,15 +256,18 @@ def report(
                 errs[label] = trimmed_error(np.array([fn(i) - truth for i in range(runs)]))
                 chosen = chosen or list(CHOSEN)  # the first release is `auto`
             r_best, r_si = errs["auto"] / best, errs["auto"] / errs["si"]
-            ok &= r_best <= 2 and r_si <= 1
-            flag = "" if r_best <= 2 and r_si <= 1 else "  MISSED"
+            r_exact = exact_ratio(totals, count, eps, share)
+            met = r_exact <= 2 and r_si <= 1  # the ratio to the best judged on its exact value
+            ok &= met
             print(
                 f"{name:<10} {float(eps):>4g} {bound:>9.4g} {best:>10.4g} {errs['auto']:>10.4g} "
-                f"{errs['old']:>11.4g} {errs['si']:>11.4g} {r_best:>9.2f} {r_si:>8.3f} "
+                f"{errs['old']:>11.4g} {errs['si']:>11.4g} {r_best:>9.2f} {r_exact:>6.2f} "
+                f"{r_si:>8.3f} "
                 + "/".join(f"{q:.3g}" for q in np.percentile(chosen, [10, 50, 90]))
-                + flag
+                + ("" if met else "  MISSED")
             )
-    print("error: mean of the middle 60% of |released − true| (best: over 1000 draws per clamp)")
+    print("error: mean of the middle 60% of |released − true| (best: over 1000 draws per clamp);")
+    print("exact: auto / best from both laws, no sampling (benchmarks/exact_error.py)")
     print("targets met" if ok else "TARGETS MISSED")
     return ok
 

@@ -74,7 +74,8 @@ def test_auto_bound_benchmark_prints_every_family_and_epsilon() -> None:
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in FAMILIES]
     names = [f[0] for f in FAMILIES]
     assert [(r[0], r[1]) for r in rows] == [(f, e) for f in names for e in ("0.1", "1", "8")]
-    assert all(float(r[7]) > 0 and float(r[8]) > 0 for r in rows)  # auto/best and auto/SI
+    # auto/best sampled and exact, auto/SI
+    assert all(float(r[7]) > 0 and float(r[8]) > 0 and float(r[9]) > 0 for r in rows)
     assert out.rstrip().endswith(("targets met", "TARGETS MISSED"))
 
 
