@@ -437,3 +437,18 @@ def test_bounded_range_epsilon_within_rho_is_the_largest_float_inside(rho: Fract
     assert Fraction(eps) ** 2 / 8 <= rho
     assert Fraction(math.nextafter(eps, math.inf)) ** 2 / 8 > rho
     assert eps == pytest.approx(2 * epsilon_within_rho(rho), rel=1e-15)  # twice the ε of ε²/2
+
+
+@pytest.mark.parametrize(
+    "rho",
+    [
+        Fraction(1, 10**320),  # 8ρ is subnormal as a float: √float(8ρ) was far off (a hang)
+        Fraction(7, 8) * Fraction(5e-324) * Fraction(7, 5),
+        Fraction(1, 10**700),  # below every float's square: ε = 0
+        Fraction(10**300) / 3,  # far above: the start is scaled down, not overflowed
+    ],
+)
+def test_epsilon_within_rho_is_exact_for_tiny_and_huge_rho(rho: Fraction) -> None:
+    for eps, divisor in ((epsilon_within_rho(rho), 2), (bounded_range_epsilon_within_rho(rho), 8)):
+        assert Fraction(eps) ** 2 / divisor <= rho
+        assert Fraction(math.nextafter(eps, math.inf)) ** 2 / divisor > rho

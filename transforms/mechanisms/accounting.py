@@ -75,8 +75,16 @@ def bounded_range_epsilon_within_rho(rho: Fraction) -> float:
 
 
 def _largest_float_with_square_within(bound: Fraction) -> float:
-    """The largest float ε ≥ 0 with ε² ≤ bound (exact comparison)."""
-    eps = math.sqrt(float(bound))
+    """The largest float ε ≥ 0 with ε² ≤ bound (exact comparison).
+
+    The start is √(bound·4^k)·2^−k with bound·4^k near 1, within an ulp of the answer whatever the
+    size of ``bound``: √float(bound) itself is far off (or 0) once ``bound`` is subnormal, and the
+    one-ulp steps below would then walk ~10^11 floats or more (a ρ of 1e-320 hung the planner)."""
+    if bound <= 0:
+        return 0.0
+    k = (bound.denominator.bit_length() - bound.numerator.bit_length()) // 2
+    scaled = bound * Fraction(4) ** k if k >= 0 else bound / Fraction(4) ** -k
+    eps = math.ldexp(math.sqrt(float(scaled)), -k)
     while Fraction(eps) ** 2 > bound:
         eps = math.nextafter(eps, 0.0)
     while Fraction(math.nextafter(eps, math.inf)) ** 2 <= bound:
