@@ -163,8 +163,9 @@ def _guarantee_line(
 ) -> str:
     line = f"guarantee: {guarantee} for {NEIGHBOURS}"
     if isinstance(share, ZCDP) and not isinstance(guarantee, ZCDP):
-        rho = Fraction(guarantee.epsilon) ** 2 / (8 if bounded_range else 2)
-        line += " (ε-bounded-range: ρ = ε²/8)" * (bounded_range and isinstance(guarantee, PureDP))
+        br = bounded_range and isinstance(guarantee, PureDP)  # the rule counted_as applies
+        rho = Fraction(guarantee.epsilon) ** 2 / (8 if br else 2)
+        line += " (ε-bounded-range: ρ = ε²/8)" * br
         extra = f", δ={float(zcdp_delta):.3g} booked beside ρ" * isinstance(guarantee, ApproxDP)
         line += f"; counted as ρ={float(rho):.6g} ≤ share{extra}"
     elif isinstance(share, ApproxDP) and isinstance(guarantee, ZCDP):
