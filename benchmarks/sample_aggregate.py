@@ -18,17 +18,24 @@ FnApiRunner: read the Parquet file, validate, ``SampleAndAggregate``. Usage::
         [--chunks 10 32 100 316 1000] [--beam]
 
 (``--chunks`` with no values skips the error table, e.g. to time only the Beam runs.)
+
+``--rho R`` instead compares, at a ρ-zCDP share R, the rmse of both aggregators as the plan now
+spends ρ (Gaussian noise for the mean; the median's exponential mechanism at the ε_c with
+ε_c²/8 ≤ ρ, bounded range) against the rule it replaced (pure ε with ε²/2 ≤ ρ: Laplace mean,
+median at that ε), on the same chunk answers.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import tempfile
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from functools import partial
 
 import apache_beam as beam
@@ -41,6 +48,7 @@ from userdp.pipelines import example_functions
 from userdp.pipelines.generate import generate
 from userdp.pipelines.sources import ReadArrowTables, inspect_inputs
 from userdp.transforms.aggregate import split_by_shard
+from userdp.transforms.mechanisms.accounting import epsilon_within_rho
 from userdp.transforms.mechanisms.chunk_functions import default_chunks, sanitize_answer
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
@@ -71,7 +79,9 @@ def clean_logs(people: int) -> pa.Table:
     return clean
 
 
-def params(name: str, epsilon: float, chunks: int, aggregator: str) -> SampleAggregateParams:
+def params(
+    name: str, epsilon: float | None, chunks: int, aggregator: str, rho: float | None = None
+) -> SampleAggregateParams:
     return SampleAggregateParams(
         name,
         f"userdp.pipelines.example_functions:{name}",
@@ -79,6 +89,7 @@ def params(name: str, epsilon: float, chunks: int, aggregator: str) -> SampleAgg
         epsilon,
         aggregator=aggregator,  # type: ignore[arg-type]
         chunks=chunks,
+        rho=rho,
     )
 
 
@@ -121,7 +132,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--chunks", type=int, nargs="*", default=[10, 32, 100, 316, 1000])
     parser.add_argument("--beam", action="store_true", help="also time one run on FnApiRunner")
+    parser.add_argument("--rho", type=float, help="a ρ-zCDP share instead of ε (see docstring)")
     args = parser.parse_args()
+    if args.rho is not None:
+        compare_rho(clean_logs(args.people), args.rho, args.repeats, args.chunks)
+        return
 
     table, t_gen = timed(lambda: clean_logs(args.people))
     assert isinstance(table, pa.Table)
@@ -172,6 +187,31 @@ def main() -> None:
 
     if args.beam:
         time_beam(args.people, args.epsilon, default_chunks(n_persons), keys[0])
+
+
+def compare_rho(table: pa.Table, rho: float, repeats: int, chunk_counts: list[int]) -> None:
+    """``--rho``: rmse of each aggregator under the ρ share as the plan spends it now (Gaussian
+    mean, bounded-range median) beside the rule it replaced (everything pure ε with ε²/2 ≤ ρ)."""
+    eps = epsilon_within_rho(Fraction(rho))
+    truth = {name: getattr(example_functions, name)(table) for name in FUNCTIONS}
+    keys = [ReleaseKey(bytes([r]) * 32) for r in range(repeats)]
+    print(f"ρ = {rho}: now (Gaussian mean, median at ε_c with ε_c²/8 ≤ ρ) vs the ε²/2 rule "
+          f"(ε = {eps:.4g}, Laplace mean); {repeats} release keys per k")  # fmt: skip
+    print(f"{'function':<24}{'k':>6}{'rmse mean':>11}{'was':>9}{'rmse median':>13}{'was':>9}")
+    for k in chunk_counts:
+        err: dict[tuple[str, str, str], list[float]] = {}
+        for key in keys:
+            answers = answers_for_all(table, chunk_key(key, "bench"), k)
+            for name, agg, rule in itertools.product(FUNCTIONS, ("mean", "median"), ("now", "was")):
+                q = params(name, None, k, agg, rho) if rule == "now" else params(name, eps, k, agg)
+                rng = key.rng("bench", name, agg, rule)
+                value = q.aggregator_for(k).release(answers[name], rng)[0]
+                err.setdefault((name, agg, rule), []).append(value - truth[name])
+        for name in FUNCTIONS:
+            rmse = {(a, r): math.sqrt(np.mean(np.square(e))) for (n, a, r), e in err.items()
+                    if n == name}  # fmt: skip
+            print(f"{name:<24}{k:>6}{rmse['mean', 'now']:>11.4g}{rmse['mean', 'was']:>9.4g}"
+                  f"{rmse['median', 'now']:>13.4g}{rmse['median', 'was']:>9.4g}")  # fmt: skip
 
 
 def time_beam(people: int, epsilon: float, k: int, key: ReleaseKey) -> None:

@@ -253,9 +253,10 @@ class SampleAndAggregate(beam.PTransform[Any, Any]):
     """Clean tables → PCollection[dict]: the private sample-and-aggregate release of one query.
 
     One row per coordinate j of the answer: ``{"coordinate": j, "value": float, "stddev": float or
-    None, "chunks": k}`` (``stddev``: the Laplace noise's for ``mean``, None for ``median``; k is
-    public or differentially private). Guarantee: ``params.guarantee()`` — pure ε-DP for adding or
-    removing all rows of one person (:mod:`transforms.mechanisms.sample_aggregate`).
+    None, "chunks": k}`` (``stddev``: the Laplace or Gaussian noise's for ``mean``, None for
+    ``median``; k is public or differentially private). Guarantee: ``params.guarantee()`` — pure
+    ε-DP, or ρ-zCDP when the params carry ``rho``, for adding or removing all rows of one person
+    (:mod:`transforms.mechanisms.sample_aggregate`).
 
     Args:
       params: the query.

@@ -13,23 +13,31 @@ Keys of a ``metric = "sample_aggregate"`` query (``docs/sample_aggregate.md`` §
   (the dimension is the number of pairs). Answers are clipped to it; a failing or empty chunk
   answers its midpoint.
 * ``chunks`` — k ≥ 2, or ``"auto"`` (default): k = clamp(⌊√n̂⌋, 10, 10^4) from a private person
-  count. ``aggregator`` — ``"mean"`` (default, clipped mean + Laplace) or ``"median"``
-  (exponential mechanism). ``input`` — ``"arrow"`` (default, a ``pa.Table``) or ``"pandas"``.
+  count. ``aggregator`` — ``"mean"`` (default, clipped mean + Laplace; Gaussian under ρ) or
+  ``"median"`` (exponential mechanism). ``input`` — ``"arrow"`` (default, a ``pa.Table``) or
+  ``"pandas"``.
 * ``epsilon`` / ``rho``: the query's share, as for every query. No ``delta`` (the mechanism is
-  pure ε-DP) and no ``by`` (one answer, per coordinate, over all persons).
+  pure ε-DP, or ρ-zCDP under a ρ total) and no ``by`` (one answer, per coordinate, over all
+  persons).
 
-Budget: the share becomes one pure ε, E — the share's ε under an ε or (ε, δ) total (ε-DP counts as
-(ε, 0)-DP: a δ share is left unspent), the largest float E with E²/2 ≤ ρ under a ρ total (ε-DP is
-ε²/2-zCDP, Bun & Steinke 2016, Prop. 1.4). A fixed k gives the aggregator all of E (rounded down
-to a float). With ``chunks = "auto"`` the person count gets E/10 and the aggregator the rest
-(both rounded down): k ≈ √n̂ barely moves with the count's Laplace(10/E) noise, while the
-aggregate's noise grows like 1/ε, so 9/10 of E costs it only 11 % more noise.
+Budget under an ε or (ε, δ) total: the share's ε, E (ε-DP counts as (ε, 0)-DP: a δ share is left
+unspent). A fixed k gives the aggregator all of E (rounded down to a float). With
+``chunks = "auto"`` the person count gets E/10 and the aggregator the rest (both rounded down):
+k ≈ √n̂ barely moves with the count's Laplace(10/E) noise, while the aggregate's noise grows like
+1/ε, so 9/10 of E costs it only 11 % more noise. Guarantee: pure (ε + ε_count)-DP ≤ E.
 
-Guarantee: pure (ε + ε_count)-DP ≤ E for adding or removing all rows of one person —
+Under a ρ total the aggregator spends ρ as ρ — Gaussian noise for the mean, the median's
+selections at their bounded-range ε_c (d·ε_c²/8 ≤ ρ) — and with ``chunks = "auto"`` the Laplace
+count gets the largest ε_count with ε_count²/2 ≤ ρ/10, the aggregator the rest. Guarantee:
+(ρ_aggregator + ε_count²/2)-zCDP ≤ ρ. The rule this replaced turned the share into one pure ε with
+ε²/2 ≤ ρ: √2 more noise on a scalar mean, √(2d) on d equal-width coordinates, and a median per
+coordinate at 1/(2√d) of the ε (``docs/sample_aggregate.md`` §3–§4, §9).
+
+For adding or removing all rows of one person —
 :class:`~transforms.mechanisms.sample_aggregate.SampleAggregateParams` (proofs:
 ``docs/sample_aggregate.md``). Output: one row per coordinate with ``coordinate``, ``value``,
-``stddev`` (the Laplace noise's; null for the median) and ``chunks`` (k: public, or private when
-chosen from the count).
+``stddev`` (the Laplace or Gaussian noise's; null for the median) and ``chunks`` (k: public, or
+private when chosen from the count).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from userdp.transforms.mechanisms.accounting import (
     epsilon_within_rho,
     float_down,
 )
+from userdp.transforms.mechanisms.additive import GaussianMechanism
 from userdp.transforms.mechanisms.chunk_functions import (
     AGGREGATORS,
     CHUNKS_LIMIT,
@@ -63,7 +72,7 @@ from userdp.transforms.mechanisms.chunk_functions import (
     resolve_function,
 )
 from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
-from userdp.transforms.mechanisms.sample_aggregate_aggregators import ClippedMean
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import RankMedian
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares, shown
@@ -84,6 +93,7 @@ OUTPUT_COLUMNS = (
     ("chunks", "int64"),
 )
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
+Z975 = 1.959963984540054  # Gaussian: P(|X| > 1.96·σ) = 0.05
 _KEYS = ("name", "metric", "function", "columns", "key_columns", "range", "chunks", "aggregator")
 _ALLOWED = (*_KEYS, "input", "epsilon", "rho")
 _RANGE = (
@@ -145,11 +155,21 @@ def _parse_columns(s: QuerySection, key: str, *, required: bool) -> tuple[str, .
     return tuple(raw)
 
 
-def _share_epsilon(share: Budget) -> Fraction:
-    """E: the pure ε this query may spend (module docstring)."""
+def _aggregator_budget(
+    share: Budget, *, counted: bool
+) -> tuple[float | None, float | None, float | None]:
+    """(ε, ρ, ε_count) of the aggregator and of the person count (module docstring).
+
+    Under ε or (ε, δ): the count gets E/10 of the share's ε E, the aggregator the rest. Under ρ:
+    the count gets the largest ε_count with ε_count²/2 ≤ ρ/10, the aggregator ρ − ε_count²/2 as
+    ρ-zCDP (Gaussian noise or bounded-range selections). All rounded down."""
     if isinstance(share, ZCDP):
-        return Fraction(epsilon_within_rho(share.rho))
-    return share.epsilon
+        count = epsilon_within_rho(share.rho * COUNT_FRACTION) if counted else None
+        spent = Fraction(count or 0) ** 2 / 2
+        return None, float_down(share.rho - spent), count
+    total = share.epsilon
+    count = float_down(total * COUNT_FRACTION) if counted else None
+    return float_down(total - Fraction(count or 0)), None, count
 
 
 def select_columns(table: pa.Table, names: tuple[str, ...]) -> pa.Table:
@@ -176,7 +196,7 @@ class SampleAggregatePlan:
     output_columns: tuple[tuple[str, str], ...] = OUTPUT_COLUMNS
 
     @property
-    def guarantee(self) -> PureDP:
+    def guarantee(self) -> PureDP | ZCDP:
         return self.params.guarantee()
 
     @property
@@ -193,8 +213,9 @@ class SampleAggregatePlan:
             "key_columns": list(self.key_columns),
             "chunk_table": list(self.chunk_columns),
             "share": self.share.to_manifest(),
-            "budget_split": "fixed chunks: the aggregator gets the share's ε; chunks = auto: the "
-            "person count gets 1/10 of it, the aggregator the rest (floats rounded down)",
+            "budget_split": "fixed chunks: the aggregator gets the share; chunks = auto: the "
+            "person count gets 1/10 of it (under ρ: ε_count with ε_count²/2 ≤ ρ/10), the "
+            "aggregator the rest (floats rounded down)",
             "guarantee": {**self.guarantee.to_manifest(), "neighbouring": NEIGHBOURS},
             "counted_as": counted_as(self.share, self.guarantee, Fraction(0)),
             "failing_chunks": "a chunk whose function raises or returns NaN, ±inf, a non-number "
@@ -226,41 +247,59 @@ class SampleAggregatePlan:
     def _aggregate_line(self) -> str:
         p = self.params
         ranges = _ranges_text(p.bounds)
-        if p.aggregator == "median":
+        agg = p.aggregator_for(p.chunks or MIN_CHUNKS)
+        if isinstance(agg, RankMedian):
+            per = f"ε = {float(agg.coordinate_epsilon):.4g}" + " per coordinate" * (p.dimension > 1)
+            if p.rho is not None:
+                per += f" (bounded range: d·ε²/8 ≤ ρ = {p.rho:.4g})"
             return (
                 f"aggregate: DP median of the answers in {ranges}, exponential mechanism on "
-                f"{p.median_grid + 1} grid points, rank score (sensitivity 1), ε = {p.epsilon:.4g}"
+                f"{p.median_grid + 1} grid points, rank score (sensitivity 1), {per}"
             )
+        m = agg.mechanism
+        if isinstance(m, GaussianMechanism):
+            head = f"aggregate: mean of the answers clipped to {ranges} + Gaussian"
+            if p.chunks is None:
+                return (
+                    f"{head}(σ = √Σ(u − l)²/(k·√(2ρ))), ρ = {p.rho:.4g}: stddev {m.std:.4g} at "
+                    f"k = {MIN_CHUNKS}, ×{MIN_CHUNKS}/k for larger k"
+                )
+            return f"{head} stddev {m.std:.4g} (ρ = {p.rho:.4g}), 95% error ±{m.std * Z975:.4g}"
         head = f"aggregate: mean of the answers clipped to {ranges} + Laplace"
         if p.chunks is None:
-            lo = ClippedMean(p.bounds, MIN_CHUNKS, p.epsilon).mechanism.scale
             return (
-                f"{head}(Σ(u − l)/(k·ε)), ε = {p.epsilon:.4g}: scale {lo:.4g} at k = "
+                f"{head}(Σ(u − l)/(k·ε)), ε = {p.epsilon:.4g}: scale {m.scale:.4g} at k = "
                 f"{MIN_CHUNKS}, ×{MIN_CHUNKS}/k for larger k"
             )
-        m = ClippedMean(p.bounds, p.chunks, p.epsilon).mechanism
         return (
             f"{head} scale {m.scale:.4g} (ε = {p.epsilon:.4g}), stddev {m.std:.4g}, "
             f"95% error ±{m.scale * LN20:.4g}"
         )
 
     def _accuracy_warning(self) -> list[str]:
-        """The median needs k well above 4·d·ln(G)/ε (docs/sample_aggregate.md §4)."""
+        """The median needs k well above 4·ln(G)/ε_c, ε_c per coordinate (= 4·d·ln(G)/ε under a
+        pure ε; docs/sample_aggregate.md §4)."""
         p = self.params
-        need = 4 * p.dimension * math.log(p.median_grid) / p.epsilon
-        if p.aggregator != "median" or (p.chunks is not None and p.chunks >= need):
+        agg = p.aggregator_for(p.chunks or MIN_CHUNKS)
+        if not isinstance(agg, RankMedian):
+            return []
+        need = 4 * math.log(p.median_grid) / float(agg.coordinate_epsilon)
+        if p.chunks is not None and p.chunks >= need:
             return []
         k = f"k = {p.chunks} is" if p.chunks is not None else "k may be"
         return [
-            f"warning: the median needs k well above 4·d·ln(G)/ε = {need:.0f}; {k} below, where "
-            "the release is close to uniform on the range"
+            f"warning: the median needs k well above 4·ln(G)/ε_c = {need:.0f} (ε_c per "
+            f"coordinate); {k} below, where the release is close to uniform on the range"
         ]
 
     def _guarantee_line(self) -> str:
         g = self.guarantee
         line = f"guarantee: {g} for {NEIGHBOURS}"
-        if isinstance(self.share, ZCDP):
-            line += f"; counted as ρ = ε²/2 = {float(g.epsilon**2 / 2):.6g} ≤ share"
+        count = self.params.count_epsilon
+        if isinstance(self.share, ZCDP) and count is not None:
+            line += f" (the person count's ε_count = {count:.4g} as ε²/2-zCDP); within the share"
+        elif isinstance(self.share, ZCDP):
+            line += "; within the share"
         elif isinstance(self.share, ApproxDP):
             line += "; counted as (ε, 0): no δ spent"
         return line
@@ -315,7 +354,7 @@ class SampleAggregateKind:
         return QueryConfig(s.string("name"), METRIC, epsilon=eps, rho=rho, options=options)
 
     def needs_delta(self, query: QueryConfig) -> bool:
-        return False  # pure ε-DP
+        return False  # pure ε-DP, or ρ-zCDP under a ρ total: no δ either way
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         o = query.options
@@ -342,15 +381,14 @@ class SampleAggregateKind:
                     f"the chunk holds the person id already, as {PERSON_COLUMN!r} (a string)",
                     source,
                 )
-        total = _share_epsilon(ctx.share)
-        count = float_down(total * COUNT_FRACTION) if o["chunks"] is None else None
-        epsilon = float_down(total - Fraction(count or 0))
+        epsilon, rho, count = _aggregator_budget(ctx.share, counted=o["chunks"] is None)
         try:
             params = SampleAggregateParams(
                 query.name,
                 o["function"],
                 o["range"],
                 epsilon,
+                rho=rho,
                 aggregator=o["aggregator"],
                 chunks=o["chunks"],
                 count_epsilon=count,
@@ -360,7 +398,11 @@ class SampleAggregateKind:
         except ValueError as e:
             allowed = "a share the mechanism accepts"
             raise ConfigError(key, str(ctx.share), allowed, str(e), source) from e
-        assert params.guarantee().epsilon <= total  # rounded down: never more than the share
+        g, share = params.guarantee(), ctx.share  # rounded down: never more than the share
+        if isinstance(share, ZCDP):
+            assert isinstance(g, ZCDP) and g.rho <= share.rho
+        else:
+            assert isinstance(g, PureDP) and g.epsilon <= share.epsilon
         return SampleAggregatePlan(query.name, ctx.share, params, o["columns"], o["key_columns"])
 
     def expand(

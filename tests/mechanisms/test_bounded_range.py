@@ -1,12 +1,13 @@
 """ε-bounded-range ⇒ ε²/8-zCDP, checked by brute force on the exponential mechanisms that use it.
 
-Under a ρ total, the clamp choice of ``bound = "auto"`` and the exponential-mechanism quantile run
-with the largest ε such that ε²/8 ≤ ρ (:func:`bounded_range_epsilon_within_rho`; the proof is in
-docs/accounting.md, "Bounded-range mechanisms"). Here, for every pair of neighbouring inputs on
-small grids, from the mechanisms' own exponents and runs: the privacy loss spans at most ε over
-the outputs (bounded range), and the Rényi divergence of every order α tried, both ways, is at
-most α·ε²/8 (ρ-zCDP with ρ = ε²/8). Negative control: randomized response, ε-DP but with a loss
-spanning 2ε, breaks α·ε²/8 — so the check can fail.
+Under a ρ total, the clamp choice of ``bound = "auto"``, the exponential-mechanism quantile and
+sample-and-aggregate's rank median run with the largest ε such that ε²/8 ≤ ρ
+(:func:`bounded_range_epsilon_within_rho`; the proof is in docs/accounting.md, "Bounded-range
+mechanisms"). Here, for every pair of neighbouring inputs on small grids, from the mechanisms' own
+exponents and runs: the privacy loss spans at most ε over the outputs (bounded range), and the
+Rényi divergence of every order α tried, both ways, is at most α·ε²/8 (ρ-zCDP with ρ = ε²/8).
+Negative control: randomized response, ε-DP but with a loss spanning 2ε, breaks α·ε²/8 — so the
+check can fail.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import RankMedian
 
 ORDERS = (1.001, 1.1, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 EPS = Fraction(3, 2)
@@ -95,6 +97,31 @@ def test_exponential_quantile_is_bounded_range_and_zcdp_at_eps_squared_over_8(q:
     assert span <= float(EPS) + 1e-9
     assert zcdp <= float(EPS) ** 2 / 8 + 1e-12
     assert zcdp > 0.5 * float(EPS) ** 2 / 8
+
+
+def rank_median_law(mech: RankMedian, answers: Sequence[float]) -> list[float]:
+    """P[grid point j] for every j of coordinate 0, from the runs and exponents the sampler uses."""
+    scores, sizes, _ = mech.scores([(a,) for a in answers])
+    exps = mech.mechanism.exponents(scores)
+    return softmax([e for e, m in zip(exps, sizes, strict=True) for _ in range(m)])
+
+
+def test_rank_median_under_rho_is_bounded_range_at_its_coordinate_epsilon() -> None:
+    """Sample-and-aggregate's median under ρ: every vector of k = 3 answers on a 5-point grid and
+    every vector with one answer replaced (one person moves one chunk's answer). The loss spans at
+    most ε_c and D_α/α ≤ ε_c²/8, with ε_c = E/d the largest with d·ε_c²/8 ≤ ρ (d = 1 here)."""
+    mech = RankMedian(((0.0, 4.0),), 3, None, grid=4, rho=float(EPS) ** 2 / 8)
+    eps_c = float(mech.coordinate_epsilon)
+    assert eps_c**2 / 8 <= float(EPS) ** 2 / 8 and eps_c == pytest.approx(float(EPS), rel=1e-12)
+    points = [0.0, 1.0, 2.0, 3.0, 4.0]
+    pairs = []
+    for x in itertools.product(points, repeat=3):
+        p = rank_median_law(mech, x)
+        pairs += [(p, rank_median_law(mech, (y, *x[1:]))) for y in points if y != x[0]]
+    span, zcdp = worst(pairs)
+    assert span <= eps_c + 1e-9
+    assert zcdp <= eps_c**2 / 8 + 1e-12
+    assert zcdp > 0.5 * eps_c**2 / 8
 
 
 def test_negative_control_randomized_response_is_eps_dp_but_not_eps_squared_over_8() -> None:

@@ -14,7 +14,8 @@ import pytest
 from scipy import stats
 
 from tests.stats_helpers import P_MIN, TEST_SECRET, ks_pvalue
-from userdp.transforms.mechanisms.accounting import float_up
+from userdp.transforms.mechanisms.accounting import ZCDP, float_up
+from userdp.transforms.mechanisms.additive import GaussianMechanism
 from userdp.transforms.mechanisms.chunk_functions import (
     MAX_CHUNKS,
     MIN_CHUNKS,
@@ -157,6 +158,60 @@ def test_clipped_mean_noise_is_laplace_of_range_over_k_epsilon_with_controls() -
     for f in CONTROLS:
         assert ks_pvalue(noise, lambda x, f=f: stats.laplace.cdf(x, scale=2.5 * f)) < P_MIN
     assert agg.noise_std == pytest.approx(math.sqrt(2) * 2.5, rel=1e-9)
+
+
+def test_clipped_mean_under_rho_adds_gaussian_noise_of_the_l2_sensitivity() -> None:
+    """Widths 3 and 4 over k = 5 chunks: Δ₂ = √(9 + 16)/5 = 1 exactly (Δ₁ would be 7/5), so
+    σ = 1/√(2ρ). KS of 2·10^4 seeded draws of coordinate 1 (false rejection ≤ P_MIN); the same
+    draws against σ ×0.7 and ×1.3 must be rejected."""
+    agg = ClippedMean(((0.0, 3.0), (-2.0, 2.0)), 5, None, rho=0.125)
+    assert isinstance(agg.mechanism, GaussianMechanism)
+    assert agg.mechanism.l2_sensitivity == 1.0 and agg.mechanism.dimension == 2
+    sigma = 1 / math.sqrt(2 * 0.125)
+    assert agg.noise_std == pytest.approx(sigma, rel=1e-3)  # the grid inflates σ by < 0.1%
+    answers = [(0.0, -5.0), (1.0, 0.0), (2.0, 1.0), (3.0, 1.5), (9.0, 2.0)]
+    exact = float(agg.statistic(answers)[1])
+    rng = KeyedRng(TEST_SECRET, "saa-mean-rho")
+    noise = np.array([agg.release(answers, rng)[1] - exact for _ in range(20_000)])
+    assert ks_pvalue(noise, lambda x: stats.norm.cdf(x, scale=agg.noise_std)) > P_MIN
+    for f in CONTROLS:
+        assert ks_pvalue(noise, lambda x, f=f: stats.norm.cdf(x, scale=agg.noise_std * f)) < P_MIN
+
+
+def test_rank_median_under_rho_runs_each_coordinate_at_its_bounded_range_epsilon() -> None:
+    """d = 4 coordinates at ρ: E²/(8d) ≤ ρ with E the largest such float, ε_c = E/d = √(8ρ/d) —
+    2√d = 4 times the ε/d of the ε²/2 rule's ε = √(2ρ)."""
+    rho = 0.5
+    agg = RankMedian(((0.0, 1.0),) * 4, 20, None, grid=8, rho=rho)
+    e = Fraction(agg.total_epsilon)
+    assert e**2 / (8 * 4) <= Fraction(rho) < Fraction(math.nextafter(float(e), 9.0)) ** 2 / 32
+    assert agg.coordinate_epsilon == e / 4
+    assert float(agg.coordinate_epsilon) == pytest.approx(math.sqrt(8 * rho / 4), rel=1e-12)
+    assert float(agg.coordinate_epsilon) == pytest.approx(4 * math.sqrt(2 * rho) / 4, rel=1e-12)
+    assert agg.mechanism.exponents([0, -1]) == (Fraction(0), e / 8)  # E·(max − u)/(2d)
+
+
+@pytest.mark.parametrize("cls", [ClippedMean, RankMedian])
+def test_an_aggregator_takes_exactly_one_budget(cls: type) -> None:
+    with pytest.raises(ValueError, match="exactly one budget"):
+        cls(((0.0, 1.0),), 3, 1.0, rho=0.5)
+    with pytest.raises(ValueError, match="exactly one budget"):
+        cls(((0.0, 1.0),), 3, None)
+    with pytest.raises(ValueError, match="rho must be positive"):
+        cls(((0.0, 1.0),), 3, None, rho=0.0)
+
+
+def test_params_under_rho_compose_the_count_as_eps_squared_over_2() -> None:
+    p = params(epsilon=None, rho=0.25, chunks=None, count_epsilon=0.1)
+    assert p.guarantee() == ZCDP(Fraction(0.25) + Fraction(0.1) ** 2 / 2)
+    m = p.to_manifest()
+    assert m["rho"] == 0.25 and m["noise"]["mechanism"] == "gaussian"
+    assert m["guarantee"]["kind"] == "zcdp"
+    median = params(epsilon=None, rho=0.25, aggregator="median").to_manifest()["noise"]
+    assert median["epsilon_per_coordinate"] == pytest.approx(math.sqrt(2), rel=1e-12)
+    assert "bounded-range" in median["counted_as"]
+    with pytest.raises(ValueError, match="exactly one budget for the aggregator"):
+        params(rho=0.25)
 
 
 def test_clipped_mean_release_is_deterministic_per_stream() -> None:

@@ -32,11 +32,11 @@ from userdp.pipelines.kinds.sample_aggregate import SampleAggregatePlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
 from userdp.transforms.bounding import PERSON_COLUMN
-from userdp.transforms.mechanisms.accounting import ApproxDP, PureDP, float_down
-from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, float_down
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.chunk_functions import Answer, default_chunks
 from userdp.transforms.mechanisms.rng import ReleaseKey
-from userdp.transforms.mechanisms.sample_aggregate_aggregators import ClippedMean
+from userdp.transforms.mechanisms.sample_aggregate_aggregators import ClippedMean, RankMedian
 from userdp.transforms.sample_aggregate import chunk_answers, chunk_ids, chunk_key
 
 ROOT = Path(__file__).parents[2]
@@ -272,22 +272,36 @@ def test_fixed_and_auto_chunks_split_the_epsilon_share(tmp_path: Path) -> None:
     assert share.params.epsilon == 0.3 and Fraction(share.params.epsilon) <= Fraction(3, 10)
 
 
-def test_approx_and_zcdp_totals_count_the_pure_guarantee(tmp_path: Path) -> None:
+def test_an_approx_total_counts_the_pure_guarantee(tmp_path: Path) -> None:
     [approx] = plan_of(tmp_path, SLOPE, epsilon=0.5, delta=1e-6)
     assert approx.share == ApproxDP(Fraction(1, 2), Fraction(1, 10**6))
     assert approx.guarantee == PureDP(Fraction(1, 2))  # δ is not spent
     assert approx.to_manifest()["counted_as"] == {"rule": "ε-DP counts as (ε, 0)-DP"}
 
+
+def test_a_zcdp_total_gives_the_aggregator_rho_and_gaussian_noise(tmp_path: Path) -> None:
+    """Under ρ the mean adds Gaussian noise at the query's ρ (no ε²/2 conversion); with chunks =
+    auto the person count takes the largest ε_count with ε_count²/2 ≤ ρ/10 and the mean the rest,
+    all within the share exactly."""
     cfg = parse_job(job(tmp_path, SLOPE, AUTO, rho=0.02, delta=1e-6))
     plan = plan_release(cfg)
     assert plan.spent_selection_delta == 0  # needs_delta is False: no δ share is booked
     fixed, auto = plan.queries
     assert isinstance(fixed, SampleAggregatePlan) and isinstance(auto, SampleAggregatePlan)
     rho = Fraction(1, 100)
-    eps = Fraction(fixed.params.epsilon)
-    assert eps**2 / 2 <= rho < Fraction(math.nextafter(float(eps), 1.0)) ** 2 / 2
-    assert auto.guarantee.epsilon**2 / 2 <= rho
-    assert "ε²/2 ≤ ρ" in fixed.to_manifest()["counted_as"]["rule"]
+    assert fixed.params.epsilon is None and Fraction(fixed.params.rho) <= rho
+    assert fixed.guarantee == ZCDP(Fraction(fixed.params.rho))
+    mean = fixed.params.aggregator_for(8).mechanism
+    assert isinstance(mean, GaussianMechanism)
+    assert mean.std == pytest.approx(10 / 8 / math.sqrt(2 * 0.01), rel=1e-3)  # (u − l)/(k·√(2ρ))
+    assert fixed.to_manifest()["counted_as"] == {"rule": "ρ-zCDP within the ρ share"}
+    assert fixed.to_manifest()["noise"]["mechanism"] == "gaussian"
+
+    count = Fraction(auto.params.count_epsilon)
+    assert count**2 / 2 <= rho / 10 < Fraction(math.nextafter(float(count), 1.0)) ** 2 / 2
+    assert auto.guarantee == ZCDP(Fraction(auto.params.rho) + count**2 / 2)
+    assert auto.guarantee.rho <= rho
+    assert rho - auto.guarantee.rho < Fraction(1, 10**15)  # nothing left over but rounding
 
 
 # --- plan report and manifest ------------------------------------------------------------------
@@ -315,7 +329,8 @@ def test_plan_lines_and_manifest_record_k_range_aggregator_and_guarantee(tmp_pat
     assert (
         "aggregate: DP median of the answers in [0, 1000], exponential mechanism on 65537 grid "
         "points, rank score (sensitivity 1), ε = 0.5\n"
-        "  warning: the median needs k well above 4·d·ln(G)/ε = 89; k = 8 is below"
+        "  warning: the median needs k well above 4·ln(G)/ε_c = 89 (ε_c per coordinate); "
+        "k = 8 is below"
     ) in text
     assert "k = clamp(⌊√n̂⌋, 10, 10000), n̂ = persons + Laplace(1/ε_count), ε_count = 0.05" in text
     assert "scale 2.222 at k = 10, ×10/k for larger k" in text
@@ -485,6 +500,25 @@ def test_noise_on_is_the_core_release_keyed_by_the_query(logs: Path, tmp_path: P
         {"coordinate": 0, "value": value, "stddev": params.aggregator_for(k).noise_std, "chunks": k}
     ]
     assert rows["slope"][0]["value"] != rows["auto"][0]["value"]
+
+
+def test_under_rho_the_job_releases_the_core_gaussian_mean_and_bounded_range_median(
+    logs: Path, tmp_path: Path
+) -> None:
+    cfg = parse_job({**job(logs, SLOPE, P90, rho=0.5), "output": {"path": str(tmp_path)}})
+    result = run_release(cfg, release_key=KEY, noise=True, num_shards=2)
+    rows = {name: pq.read_table(path).to_pylist() for name, path in result.outputs.items()}
+    plans = {p.name: p for p in plan_release(cfg).queries if isinstance(p, SampleAggregatePlan)}
+    mean, median = plans["slope"].params.aggregator_for(8), plans["p90"].params.aggregator_for(8)
+    assert isinstance(mean, ClippedMean) and isinstance(mean.mechanism, GaussianMechanism)
+    assert isinstance(median, RankMedian) and median.rho == plans["p90"].params.rho
+    for name, query in (("slope", SLOPE), ("p90", P90)):
+        params = plans[name].params
+        answers = exact_answers(logs, query, plans[name], 8)
+        rng = KEY.for_query(name).rng("sample_aggregate", "value")
+        [value] = params.aggregator_for(8).release(answers, rng)
+        std = params.aggregator_for(8).noise_std
+        assert rows[name] == [{"coordinate": 0, "value": value, "stddev": std, "chunks": 8}]
 
 
 def test_empty_input_releases_from_k_default_answers(tmp_path: Path) -> None:

@@ -56,6 +56,13 @@ def float_down(x: Fraction) -> float:
     return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
 
 
+def sqrt_up(x: Fraction) -> float:
+    """The smallest float f ≥ 0 with f² ≥ x (exact comparison): a square root never under-declared,
+    for an L2 sensitivity."""
+    f = _largest_float_with_square_within(x)
+    return f if Fraction(f) ** 2 >= x else math.nextafter(f, math.inf)
+
+
 def epsilon_within_rho(rho: Fraction) -> float:
     """The largest float ε with ε²/2 ≤ ρ: an ε-DP mechanism is ε²/2-zCDP (Bun–Steinke 2016,
     Prop. 1.4), so it may run inside a ρ share; an (ε, δ) one is then δ-approximately so

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from .accounting import PureDP
+from .accounting import ZCDP, PureDP
+from .additive import LaplaceMechanism
 from .checks import positive
 from .chunk_functions import (
     AGGREGATORS,
@@ -70,7 +71,9 @@ class SampleAggregateParams:
         one chunk (all rows of its persons) and returns a float or ``dimension`` floats.
       output_range: (lower, upper) for every coordinate, or one pair for all of them (the answer
         is clipped to it; its midpoint is the answer of a failing or empty chunk).
-      epsilon: the aggregator's budget (pure ε-DP).
+      epsilon: the aggregator's budget (pure ε-DP); or, instead,
+      rho: the aggregator's budget as ρ-zCDP (Gaussian noise for the mean, bounded-range
+        accounting for the median).
       aggregator: ``"mean"`` (clipped mean + Laplace) or ``"median"`` (exponential mechanism).
       chunks: k, or None for :func:`default_chunks` of a Laplace person count (``count_epsilon``).
       count_epsilon: the person count's budget; required exactly when ``chunks`` is None.
@@ -78,21 +81,24 @@ class SampleAggregateParams:
       input_kind: ``"arrow"`` (a ``pa.Table``) or ``"pandas"`` (a DataFrame) per chunk.
       median_grid: G, grid cells of each range for the median aggregator.
 
-    Guarantee: pure (ε + count_epsilon)-DP for add/remove all rows of one person: the count is
-    Laplace with sensitivity 1, k is post-processing of it, and for every k the aggregator is
-    ε-DP (see :class:`ClippedMean`, :class:`RankMedian`); sequential composition adds them.
+    Guarantee, for add/remove all rows of one person: the count is Laplace with sensitivity 1
+    (pure ``count_epsilon``-DP), k is post-processing of it, and for every k the aggregator is
+    ε-DP, or ρ-zCDP when ``rho`` is given instead (see :class:`ClippedMean`,
+    :class:`RankMedian`); sequential composition adds them — pure (ε + count_epsilon)-DP, or
+    (ρ + count_epsilon²/2)-zCDP (an ε-DP count is ε²/2-zCDP, Bun & Steinke 2016, Prop. 1.4).
     """
 
     name: str
     function: str | ChunkFunction  # an import path; a pickled callable from the library
     output_range: tuple[float, float] | tuple[tuple[float, float], ...]
-    epsilon: float
+    epsilon: float | None = None
     aggregator: Aggregator = "mean"
     chunks: int | None = None
     count_epsilon: float | None = None
     dimension: int = 1
     input_kind: InputKind = "arrow"
     median_grid: int = DEFAULT_MEDIAN_GRID
+    rho: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -112,7 +118,13 @@ class SampleAggregateParams:
                 f"got {len(bounds)} ranges for answers of dimension {d}; give one (lower, upper) "
                 "pair for all coordinates or one per coordinate"
             )
-        positive(self.epsilon, "epsilon", SHARE_HINT)
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError(
+                "give exactly one budget for the aggregator: epsilon (pure ε) or rho (ρ-zCDP), "
+                f"got epsilon={self.epsilon!r}, rho={self.rho!r}"
+            )
+        positive(self.epsilon if self.rho is None else self.rho,  # type: ignore[arg-type]
+                 "epsilon" if self.rho is None else "rho", SHARE_HINT)  # fmt: skip
         if self.chunks is None:
             if self.count_epsilon is None:
                 raise ValueError(
@@ -147,28 +159,40 @@ class SampleAggregateParams:
     def aggregator_for(self, chunks: int) -> AggregatorMechanism:
         """The calibrated aggregator for k = ``chunks`` (the fixed k, or the one chosen from n̂)."""
         if self.aggregator == "mean":
-            return ClippedMean(self.bounds, chunks, self.epsilon)
-        return RankMedian(self.bounds, chunks, self.epsilon, self.median_grid)
+            return ClippedMean(self.bounds, chunks, self.epsilon, rho=self.rho)
+        return RankMedian(self.bounds, chunks, self.epsilon, self.median_grid, rho=self.rho)
 
-    def guarantee(self) -> PureDP:
-        """The query's total guarantee: ε, plus the person count's budget when k is chosen."""
+    def guarantee(self) -> PureDP | ZCDP:
+        """The query's total guarantee: the aggregator's, plus the person count's when k is
+        chosen (ε-DP counted as ε²/2-zCDP beside a ρ aggregator)."""
         count = Fraction(0) if self.count_epsilon is None else Fraction(self.count_epsilon)
-        return PureDP(Fraction(self.epsilon) + count)
+        if self.rho is not None:
+            return ZCDP(Fraction(self.rho) + count * count / 2)
+        return PureDP(Fraction(self.epsilon) + count)  # type: ignore[arg-type]
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the function, k, ranges, aggregator, noise and guarantee."""
         noise: dict[str, Any]
-        if self.aggregator == "mean":
+        if self.aggregator == "mean" and self.rho is not None:
+            noise = {"mechanism": "gaussian", "l2_sensitivity": "√(sum of squared widths) / chunks"}
+        elif self.aggregator == "mean":
             noise = {"mechanism": "laplace", "l1_sensitivity": "sum of range widths / chunks"}
-            if self.chunks is not None:
-                m = ClippedMean(self.bounds, self.chunks, self.epsilon).mechanism
-                noise.update(scale=m.scale, stddev=m.std, granularity=m.granularity)
         else:
+            m = self.aggregator_for(self.chunks or MIN_CHUNKS)
+            assert isinstance(m, RankMedian)
             noise = {
                 "mechanism": "exponential",
                 "score": "-max(#answers below, #answers above), sensitivity 1",
                 "grid_cells": self.median_grid,
+                "epsilon_per_coordinate": float(m.coordinate_epsilon),
             }
+            if self.rho is not None:
+                noise["counted_as"] = "ε-bounded-range per coordinate: d·ε²/8 ≤ ρ"
+        agg = self.aggregator_for(self.chunks) if self.chunks is not None else None
+        if isinstance(agg, ClippedMean):
+            if isinstance(agg.mechanism, LaplaceMechanism):
+                noise.update(scale=agg.mechanism.scale)
+            noise.update(stddev=agg.mechanism.std, granularity=agg.mechanism.granularity)
         return {
             "metric": "sample_aggregate",
             "function": function_name(self.function),
@@ -181,6 +205,7 @@ class SampleAggregateParams:
             "aggregator": self.aggregator,
             "default_answer": list(self.default),
             "epsilon": self.epsilon,
+            "rho": self.rho,
             "count_epsilon": self.count_epsilon,
             "noise": noise,
             "neighbouring": NEIGHBOURS,

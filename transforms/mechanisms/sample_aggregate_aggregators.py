@@ -1,8 +1,9 @@
-"""The aggregators of sample-and-aggregate: a clipped mean with Laplace noise, a rank median.
+"""The aggregators of sample-and-aggregate: a clipped mean with additive noise, a rank median.
 
-:class:`ClippedMean` (pure ε: each chunk answer clipped to its range, mean over the k chunks,
-Laplace noise of sensitivity (u − l)/k per coordinate) and :class:`RankMedian` (pure ε: the
-exponential mechanism on a grid of the range). Guarantees are for add/remove one person given
+:class:`ClippedMean` (each chunk answer clipped to its range, mean over the k chunks, Laplace
+noise of L1 sensitivity Σ(u − l)/k for pure ε, or Gaussian noise of L2 sensitivity √Σ(u − l)²/k
+for ρ-zCDP) and :class:`RankMedian` (the exponential mechanism on a grid of the range, per
+coordinate; pure ε, or ρ-zCDP as bounded range). Guarantees are for add/remove one person given
 chunks by person, which changes one of the k answers (``docs/sample_aggregate.md``).
 """
 
@@ -18,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .accounting import float_up
-from .additive import LaplaceMechanism
+from .accounting import bounded_range_epsilon_within_rho, float_up, sqrt_up
+from .additive import GaussianMechanism, LaplaceMechanism
 from .checks import as_fraction, positive
 from .chunk_functions import (
     CHUNKS_LIMIT,
@@ -91,31 +92,52 @@ SHARE_HINT = "every query needs a budget share"
 
 @dataclass(frozen=True)
 class ClippedMean:
-    """Mean of the k chunk answers clipped to the ranges, plus Laplace noise.
+    """Mean of the k chunk answers clipped to the ranges, plus Laplace noise (or, given ``rho``
+    instead of ``epsilon``, Gaussian noise).
 
-    Guarantee: pure ε-DP for add/remove one person, given chunks by person (module docstring):
-    one clipped answer moves by at most u_j − l_j per coordinate, so the mean vector moves by at
-    most Δ₁ = Σ_j (u_j − l_j)/k in L1, and :class:`~.additive.LaplaceMechanism` with that Δ₁
-    (rounded up to a float) is ε-DP. Proof: seed ``local-sensitivity-ptr-saa.txt``, "Sample and
-    Aggregate", Definition 20, and DMNS06 for the L1 vector form. For d = 1 the noise is
-    Laplace((u − l)/(kε)); for vectors each coordinate gets Laplace(Δ₁/ε), which equals splitting ε
-    over coordinates in proportion to their range widths.
+    Guarantee, given chunks by person (module docstring), for add/remove one person: one clipped
+    answer moves by at most u_j − l_j per coordinate, so the mean vector moves by at most
+    Δ₁ = Σ_j (u_j − l_j)/k in L1 and Δ₂ = √(Σ_j (u_j − l_j)²)/k in L2.
+
+    * ``epsilon``: pure ε-DP — :class:`~.additive.LaplaceMechanism` with Δ₁ (rounded up to a
+      float). Proof: seed ``local-sensitivity-ptr-saa.txt``, "Sample and Aggregate", Definition
+      20, and DMNS06 for the L1 vector form. For d = 1 the noise is Laplace((u − l)/(kε)); for
+      vectors each coordinate gets Laplace(Δ₁/ε), which equals splitting ε over coordinates in
+      proportion to their range widths.
+    * ``rho``: ρ-zCDP — :class:`~.additive.GaussianMechanism` with Δ₂ (rounded up), Bun & Steinke
+      2016, Prop. 1.6 (its discrete form: CKS 2020). Each coordinate's σ is Δ₂/√(2ρ); Laplace at
+      the ε with ε²/2 = ρ has standard deviation Δ₁/√ρ, √2·Δ₁/Δ₂ times more: √2 for d = 1, √(2d)
+      for d equal widths — which is why a ρ share uses Gaussian noise (``docs/sample_aggregate.md``
+      §3).
     """
 
     bounds: tuple[tuple[float, float], ...]
     chunks: int
-    epsilon: float
-    mechanism: LaplaceMechanism = field(init=False, repr=False)
+    epsilon: float | None
+    rho: float | None = None
+    mechanism: LaplaceMechanism | GaussianMechanism = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
         check_chunks(self.chunks)
-        positive(self.epsilon, "epsilon", SHARE_HINT)
-        width = sum((Fraction(hi) - Fraction(lo) for lo, hi in self.bounds), Fraction(0))
-        l1 = float_up(width / self.chunks)  # exact, rounded up: never under-declared
-        object.__setattr__(
-            self, "mechanism", LaplaceMechanism(l1, self.epsilon, dimension=len(self.bounds))
-        )
+        widths = [Fraction(hi) - Fraction(lo) for lo, hi in self.bounds]
+        d = len(self.bounds)
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError(
+                "give exactly one budget for the clipped mean: epsilon (Laplace noise, pure ε) "
+                f"or rho (Gaussian noise, ρ-zCDP), got epsilon={self.epsilon!r}, rho={self.rho!r}"
+            )
+        if self.rho is not None:
+            positive(self.rho, "rho", SHARE_HINT)
+            l2 = sqrt_up(sum((w * w for w in widths), Fraction(0)) / self.chunks**2)
+            mechanism: LaplaceMechanism | GaussianMechanism = GaussianMechanism(
+                l2, self.rho, dimension=d
+            )
+        else:
+            positive(self.epsilon, "epsilon", SHARE_HINT)  # type: ignore[arg-type]
+            l1 = float_up(sum(widths, Fraction(0)) / self.chunks)  # exact, rounded up
+            mechanism = LaplaceMechanism(l1, self.epsilon, dimension=d)  # type: ignore[arg-type]
+        object.__setattr__(self, "mechanism", mechanism)
 
     @property
     def noise_std(self) -> float:
@@ -189,34 +211,63 @@ class RankMedian:
     u(y_j) = −max(#{answers below y_j}, #{answers above y_j}); y_j is released with probability
     ∝ exp(ε·u(y_j)/(2d)) for a d-dimensional answer (one selection per coordinate).
 
-    Guarantee: pure ε-DP for add/remove one person, given chunks by person: that changes one
-    answer, hence each count by at most 1 and every score by at most 1, so each coordinate is the
-    exponential mechanism with ε/d and Δ = 1 (McSherry & Talwar 2007; Dwork & Roth 2014,
-    Thm. 3.10), and d of them compose to ε. The candidate set depends only on the public range and
-    G. Derivation and the brute-force check: ``docs/sample_aggregate.md``. Sampling is exact
-    (:func:`~.exponential.sample_exp_weights`, runs of equal score as multiplicities, then a
-    uniform point of the run).
+    Guarantee, for add/remove one person given chunks by person: that changes one answer, hence
+    each count by at most 1 and every score by at most 1, so each coordinate is the exponential
+    mechanism with ε_c and Δ = 1 (McSherry & Talwar 2007; Dwork & Roth 2014, Thm. 3.10). The
+    candidate set depends only on the public range and G. Derivation and the brute-force check:
+    ``docs/sample_aggregate.md``.
+
+    * ``epsilon``: pure ε-DP, ε_c = ε/d; d coordinates compose to ε.
+    * ``rho``: ρ-zCDP. Each coordinate's selection is ε_c-bounded-range (its privacy loss spans at
+      most ε_c), hence ε_c²/8-zCDP (Cesar & Rogers 2021; ``docs/accounting.md``, "Bounded-range
+      mechanisms"), and d of them compose to d·ε_c²/8 ≤ ρ (:attr:`total_epsilon`) — for d = 1
+      twice the ε of the ε²/2 rule, for d coordinates 2√d times the ε/d of splitting that ε.
+      Brute force: ``tests/mechanisms/test_bounded_range.py``.
+
+    Sampling is exact (:func:`~.exponential.sample_exp_weights`, runs of equal score as
+    multiplicities, then a uniform point of the run).
 
     Accuracy: the output lands among the answers of rank k/2 ± t with probability at least
-    1 − (G + 1)·exp(−ε·t/(2d)), so it needs k ≳ 4d·ln(G)/ε chunks but only a range that
-    contains the answers, however wide.
+    1 − (G + 1)·exp(−ε_c·t/2) per coordinate, so it needs k ≳ 4·ln(G)/ε_c chunks but only a range
+    that contains the answers, however wide.
     """
 
     bounds: tuple[tuple[float, float], ...]
     chunks: int
-    epsilon: float
+    epsilon: float | None
     grid: int = DEFAULT_MEDIAN_GRID
+    rho: float | None = None
     mechanism: ExponentialMechanism = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
         check_chunks(self.chunks)
-        positive(self.epsilon, "epsilon", SHARE_HINT)
         g = self.grid
         if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= MAX_MEDIAN_GRID:
             raise ValueError(f"grid must be an int in [1, 2^40] (cells of the range), got {g!r}")
-        # Sensitivity d with ε: weights exp(ε·u/(2d)), i.e. ε/d per coordinate with Δ = 1, exactly.
-        object.__setattr__(self, "mechanism", ExponentialMechanism(self.epsilon, len(self.bounds)))
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError(
+                "give exactly one budget for the rank median: epsilon (pure ε) or rho (ρ-zCDP, "
+                f"bounded range), got epsilon={self.epsilon!r}, rho={self.rho!r}"
+            )
+        # Weights exp(E·u/(2d)): ε_c = E/d per coordinate with Δ = 1, exactly (rationals).
+        object.__setattr__(
+            self, "mechanism", ExponentialMechanism(self.total_epsilon, len(self.bounds))
+        )
+
+    @property
+    def total_epsilon(self) -> float:
+        """E = d·ε_c: the given ε, or under ρ the largest float with E²/(8d) ≤ ρ — so that
+        d·(E/d)²/8 ≤ ρ holds exactly for the E/d each coordinate runs at."""
+        if self.rho is None:
+            return float(positive(self.epsilon, "epsilon", SHARE_HINT))  # type: ignore[arg-type]
+        d = len(self.bounds)
+        return bounded_range_epsilon_within_rho(d * positive(self.rho, "rho", SHARE_HINT))
+
+    @property
+    def coordinate_epsilon(self) -> Fraction:
+        """ε_c = E/d, each coordinate's selection (exact)."""
+        return Fraction(self.total_epsilon) / len(self.bounds)
 
     @property
     def noise_std(self) -> None:
