@@ -452,3 +452,13 @@ def test_epsilon_within_rho_is_exact_for_tiny_and_huge_rho(rho: Fraction) -> Non
     for eps, divisor in ((epsilon_within_rho(rho), 2), (bounded_range_epsilon_within_rho(rho), 8)):
         assert Fraction(eps) ** 2 / divisor <= rho
         assert Fraction(math.nextafter(eps, math.inf)) ** 2 / divisor > rho
+
+
+@pytest.mark.parametrize(
+    "x", [Fraction(2), Fraction(1, 3), Fraction(25, 16), Fraction(1, 10**320), Fraction(10**300)]
+)
+def test_sqrt_up_is_the_smallest_float_whose_square_covers(x: Fraction) -> None:
+    f = sqrt_up(x)
+    assert Fraction(f) ** 2 >= x
+    assert Fraction(math.nextafter(f, 0.0)) ** 2 < x
+    assert sqrt_up(Fraction(25, 16)) == 1.25  # an exact square comes back exact
