@@ -26,6 +26,7 @@ from userdp.transforms.mechanisms.accounting import (
     epsilon_within_rho,
     pure_to_approx,
     pure_to_zcdp,
+    sqrt_up,
     zcdp_budget_for,
     zcdp_to_approx,
 )
