@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -129,3 +130,17 @@ def test_bad_values_are_refused() -> None:
         LaplaceMechanism(1.0, 1.0, dimension=2).release(1.0, rng)
     with pytest.raises(ValueError, match="expected a vector of 2 values, got 3"):
         GaussianMechanism(1.0, 1.0, dimension=2).release_vector([1.0, 2.0, 3.0], rng)
+
+
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_a_release_beyond_the_float_range_saturates_instead_of_raising(gaussian: bool) -> None:
+    """Noise of scale 1e307 on a value at the top of the float range: about half the draws
+    overflow. Each must give ±max float — an OverflowError would make the job's failure depend
+    on the value (the data)."""
+    mech = GaussianMechanism(1e307, 0.5) if gaussian else LaplaceMechanism(1e307, 1.0)
+    top = sys.float_info.max
+    out = [mech.release(top, KeyedRng(TEST_SECRET, "saturate", i)) for i in range(200)]
+    assert all(-top <= v <= top for v in out)
+    assert out.count(top) > 50  # the overflow is exercised
+    low = [mech.release(-top, KeyedRng(TEST_SECRET, "saturate", i)) for i in range(200)]
+    assert low.count(-top) > 50
