@@ -311,9 +311,10 @@ class TopPartition(_Metric):
 
 
 class SampleAggregate(_Metric):
-    """Any Python function on person chunks, privately aggregated (sample-and-aggregate; pure ε
-    or as its aggregator states; docs/sample_aggregate.md). ``function``: a callable that pickles
-    (checked when the transform is made) or an import path ``"module:function"``."""
+    """Any Python function on person chunks, privately aggregated (sample-and-aggregate; pure ε,
+    or ρ-zCDP under a ρ total: Gaussian mean, bounded-range median; docs/sample_aggregate.md).
+    ``function``: a callable that pickles (checked when the transform is made) or an import path
+    ``"module:function"``."""
 
     metric = "sample_aggregate"
 

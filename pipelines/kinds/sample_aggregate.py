@@ -322,7 +322,7 @@ class SampleAggregateKind:
             s.fail(
                 "delta",
                 s.get("delta"),
-                "no delta share: sample-and-aggregate is pure ε-DP",
+                "no delta share: sample-and-aggregate is pure ε-DP (ρ-zCDP under a ρ total)",
                 "remove delta; state only epsilon to leave the total's δ to other queries",
             )
         s.allow_keys(_ALLOWED)

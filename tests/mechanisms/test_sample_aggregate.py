@@ -367,6 +367,22 @@ def test_manifest_states_k_range_aggregator_and_guarantee() -> None:
         ({"chunks": 2.0}, TypeError, "chunks must be an int"),
         ({"chunks": True}, TypeError, "chunks must be an int"),
         ({"aggregator": "median", "median_grid": 0}, ValueError, "grid must be an int"),
+        (
+            {"output_range": ((-1e308, 1e308),) * 5, "dimension": 5, "chunks": 2},
+            ValueError,
+            "overflows a float",
+        ),
+        (
+            {
+                "epsilon": None,
+                "rho": 0.5,
+                "output_range": ((-1e308, 1e308),) * 5,
+                "dimension": 5,
+                "chunks": 2,
+            },
+            ValueError,
+            "overflows a float",
+        ),
     ],
 )
 def test_bad_params_are_refused(kw: dict[str, Any], error: type[Exception], match: str) -> None:

@@ -127,16 +127,21 @@ class ClippedMean:
                 "give exactly one budget for the clipped mean: epsilon (Laplace noise, pure ε) "
                 f"or rho (Gaussian noise, ρ-zCDP), got epsilon={self.epsilon!r}, rho={self.rho!r}"
             )
-        if self.rho is not None:
-            positive(self.rho, "rho", SHARE_HINT)
-            l2 = sqrt_up(sum((w * w for w in widths), Fraction(0)) / self.chunks**2)
-            mechanism: LaplaceMechanism | GaussianMechanism = GaussianMechanism(
-                l2, self.rho, dimension=d
-            )
-        else:
-            positive(self.epsilon, "epsilon", SHARE_HINT)  # type: ignore[arg-type]
-            l1 = float_up(sum(widths, Fraction(0)) / self.chunks)  # exact, rounded up
-            mechanism = LaplaceMechanism(l1, self.epsilon, dimension=d)  # type: ignore[arg-type]
+        mechanism: LaplaceMechanism | GaussianMechanism
+        try:
+            if self.rho is not None:
+                positive(self.rho, "rho", SHARE_HINT)
+                l2 = sqrt_up(sum((w * w for w in widths), Fraction(0)) / self.chunks**2)
+                mechanism = GaussianMechanism(l2, self.rho, dimension=d)
+            else:
+                positive(self.epsilon, "epsilon", SHARE_HINT)  # type: ignore[arg-type]
+                l1 = float_up(sum(widths, Fraction(0)) / self.chunks)  # exact, rounded up
+                mechanism = LaplaceMechanism(l1, self.epsilon, dimension=d)  # type: ignore[arg-type]
+        except OverflowError as e:  # planning only: public ranges and budget, never data
+            raise ValueError(
+                "the noise's scale for these ranges, chunks and budget overflows a float; "
+                "narrow the range (it should bound a chunk's answer tightly) or raise the budget"
+            ) from e
         object.__setattr__(self, "mechanism", mechanism)
 
     @property
