@@ -8,7 +8,6 @@ whole-process runs print rows/s and peak RSS.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
 from userdp.pipelines.config import load_job
 from userdp.pipelines.generate import generate
 from userdp.pipelines.job import run_release
@@ -26,12 +26,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
 
 @pytest.fixture(scope="module")
 def throughput() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmark_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # Beam pickles BoundPerson by its module's name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("throughput")  # registered: Beam pickles BoundPerson by module name
 
 
 def test_runs_end_to_end_and_both_pipelines_count_alike(

@@ -9,30 +9,21 @@ against the choice's own mode when its weight is all on one candidate.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from fractions import Fraction
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from tests.benchmark_scripts import load_benchmark
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "exact_error.py"
 
 
 @pytest.fixture(scope="module")
 def exact() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmark_exact_error", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("exact_error")
 
 
 def _band_mean(quantile) -> float:  # type: ignore[no-untyped-def]
