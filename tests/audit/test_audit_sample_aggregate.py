@@ -35,6 +35,10 @@ Expected bounds, worked out by hand (z ≈ 4.9 standard errors, m = n/2 test dra
 
 Default suite: the mean pass at n = 10^5, the others at 2·10^4 (their margins are huge); all at
 10^6 under ``@pytest.mark.slow_audit``.
+
+The same four under a ρ total (ρ = ½; the tests at the end of the file): the Gaussian mean against
+the exact Gaussian privacy profile at μ = 1 (ε = 1, δ ≈ 0.1269), the median against the pure ε = 2
+its selection runs at; their expected values are in the tests' docstrings.
 """
 
 from __future__ import annotations
