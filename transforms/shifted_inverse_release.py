@@ -141,7 +141,13 @@ class ShiftedInverseQuery:
             return shifted_inverse(distinct, p, rng("value"))
         assert self.count_params is not None and self.q is not None
         if isinstance(stats, np.ndarray):  # one value per person
-            values, persons = stats * float(unit), np.arange(len(stats))
+            # A person's sum can pass the float range (many rows near a huge limit), and an inf
+            # made kth_largest_down_values raise — a crash decided by the data alone. The
+            # selection's grid tops out at D (a value above D takes D's index), so clamping at D
+            # first releases the same index, and keeps every value finite.
+            with np.errstate(over="ignore"):
+                scaled = np.asarray(stats, dtype=np.float64) * float(unit)
+            values, persons = np.minimum(scaled, float(p.upper)), np.arange(len(stats))
         else:
             values, persons = stats
         out = shifted_inverse_quantile(

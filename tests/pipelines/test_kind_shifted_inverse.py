@@ -589,3 +589,23 @@ def test_userdp_run_end_to_end_total_max_distinct_and_auto_bound(
     grid = ClampChoiceParams(epsilon=1, min_exponent=0, max_exponent=20, target_clipped=0)
     assert auto["bound"] in [float(c) for c in grid.candidates] and auto["stddev"] > 0
     assert table.num_rows > 0
+
+
+def test_per_person_sums_beyond_the_float_range_release_as_at_the_top(tmp_path: Path) -> None:
+    """A quantile of per-person sums with ``upper`` = 1e308: two rows of 1e308 per person sum to
+    2e308, past the float range. That made the release raise (an exit code decided by the data
+    alone); the values are now clamped at D first, which the grid does anyway, so the release
+    equals the one where every person's sum is exactly D — same key, same rows."""
+    query = {**MEDIAN, "value": "v", "per_person": "sum", "upper": 1e308}
+    rows = {}
+    for per_person in (1, 2):
+        root = tmp_path / f"rows{per_person}"
+        (root / "data").mkdir(parents=True)
+        ids = [f"p{i}" for i in range(100) for _ in range(per_person)]
+        table = pa.table({"person_id": ids, "v": [1e308] * len(ids)})
+        pq.write_table(table, root / "data" / "d.parquet")
+        cfg = parse_job(job(root, query, epsilon=50.0))
+        result = run_release(cfg, release_key=ReleaseKey(TEST_SECRET), noise=True, num_shards=2)
+        rows[per_person] = pq.read_table(result.outputs["m"]).to_pylist()
+    assert rows[2] == rows[1]
+    assert 0 < rows[1][0]["value"] <= 1e308  # ε = 50: τ is small enough to release near D
