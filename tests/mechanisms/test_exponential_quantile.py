@@ -124,3 +124,34 @@ def test_misuse_is_refused() -> None:
         ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=41)
     with pytest.raises(ValueError, match="NaN"):
         ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1).release([math.nan], KeyedRng(SECRET, "x"))
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "data"),
+    [(-1e306, 1e306, 0.0), (0.0, 1e303, 1.8e302), (-1.7e308, 1.7e308, 1.7e308)],
+)
+def test_bounds_near_the_float_range_release_finite_values_inside_them(
+    lower: float, upper: float, data: float
+) -> None:
+    """k·(upper − lower) passes the float range for such bounds: the release was inf for data
+    in the upper part of the range (and NaN indices with a warning when upper − lower itself
+    overflowed) — an outcome decided by the data. Now every release lies in [lower, upper]."""
+    mech = ExponentialQuantile(Fraction(1, 2), lower, upper, 2.0)
+    values = np.full(500, data)
+    idx = mech.grid_indices(values)
+    want = round(
+        (Fraction(data) - Fraction(lower)) / (Fraction(upper) - Fraction(lower)) * mech.cells
+    )
+    assert idx.tolist() == [want] * 500  # exact index, no NaN
+    out = [mech.release(values, KeyedRng(SECRET, "wide", i)) for i in range(50)]
+    assert all(lower <= v <= upper for v in out)
+    assert mech.grid_value(mech.cells) == upper and mech.grid_value(0) == lower
+
+
+def test_grid_values_are_unchanged_for_ordinary_bounds() -> None:
+    """The exact fallback is taken only where the float formula overflows; the clamp moves only
+    a value that rounding put outside the bounds (here the top point: 12.900000000000002)."""
+    mech = ExponentialQuantile(Fraction(1, 3), -3.7, 12.9, 1.0, grid_bits=12)
+    for k in (0, 1, 7, 1000, 2049, 4095, 4096):
+        assert mech.grid_value(k) == min(12.9, -3.7 + k * (12.9 - -3.7) / 4096)
+    assert -3.7 + 4096 * (12.9 - -3.7) / 4096 > 12.9  # the old formula left the range

@@ -29,6 +29,7 @@ bound is paid on dense data (measured: ``docs/accuracy.md``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -97,7 +98,12 @@ class ExponentialQuantile:
             raise ValueError("per-person values contain NaN; validation must drop them first")
         x = np.clip(x, self.lower, self.upper)
         g = self.cells
-        idx = np.rint((x - self.lower) / (self.upper - self.lower) * g)
+        # Halves: x − lower and upper − lower can pass the float range (bounds near ±1e308),
+        # and inf/inf = NaN would give garbage indices, with a warning, for some data only.
+        # Halving is exact for normal floats, so the indices are the same wherever the plain
+        # differences were finite.
+        lo, span = self.lower / 2, self.upper / 2 - self.lower / 2
+        idx = np.rint((x / 2 - lo) / span * g)
         return np.clip(idx, 0, g).astype(np.int64)
 
     def runs(self, values: npt.ArrayLike) -> tuple[list[int], list[int], list[int]]:
@@ -129,7 +135,15 @@ class ExponentialQuantile:
         return scores, lengths, starts
 
     def grid_value(self, k: int) -> float:
-        return self.lower + k * (self.upper - self.lower) / self.cells
+        """lower + k·(upper − lower)/G, in [lower, upper]. The float formula passes the float
+        range for wide bounds (k·span overflows: the default median released inf, for some data
+        only); then the value is computed exactly instead. Elsewhere it is the float formula
+        (clamped to the bounds), so released values do not change."""
+        value = self.lower + k * (self.upper - self.lower) / self.cells
+        if not math.isfinite(value):
+            lo, hi = Fraction(self.lower), Fraction(self.upper)
+            value = float(lo + (hi - lo) * k / self.cells)
+        return min(max(value, self.lower), self.upper)
 
     def release(self, values: npt.ArrayLike, rng: KeyedRng) -> float:
         """One ε-DP draw of the q-quantile of ``values`` (one per person)."""
