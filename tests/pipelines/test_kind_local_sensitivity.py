@@ -164,6 +164,30 @@ def test_an_overspent_delta_share_is_refused_at_planning(tmp_path: Path) -> None
         plan_release(parse_job(job(tmp_path, ptr, other)))
 
 
+@pytest.mark.parametrize("metric", ["ptr_mean", "ptr_median"])
+def test_a_ladder_whose_noise_overflows_is_a_config_error_at_planning(
+    tmp_path: Path, metric: str
+) -> None:
+    # No `bound`: the ladder's top rung is hi − lo = 1.2e308, over ε/2 = 0.5 past the float range.
+    # Before, only the selected rung was built, at release: an OverflowError whose rate moved with
+    # the number of persons. Now every rung is built at planning.
+    huge = {**MEDIAN, "metric": metric, "bounds": [-6e307, 6e307]}
+    with pytest.raises(ConfigError, match=r"queries\[0\] = .*overflows a float; narrow the bounds"):
+        plan_release(parse_job(job(tmp_path, huge)))
+
+
+def test_userdp_plan_reports_an_overflowing_ladder_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = EXAMPLE.read_text().replace("bounds = [0.0, 200.0]", "bounds = [-6e307, 6e307]")
+    text = text.replace("bound = 0.05 ", "# no bound: the ladder ")
+    (tmp_path / "job.toml").write_text(text)
+    assert main(["plan", str(tmp_path / "job.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "queries[1] = " in err and "top rung b = upper − lower = 1.2e+308" in err
+    assert "overflows a float" in err
+
+
 # ------------------------------------------------------------------------- budget accounting
 
 

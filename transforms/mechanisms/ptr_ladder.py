@@ -10,7 +10,7 @@ every rung: P(a rung with D(x, b_j) = 0 is selected) ≤ J·P(ν − ρ ≥ T) �
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, NamedTuple
 
@@ -49,6 +49,27 @@ def svt_failure_bound(epsilon_svt: Fraction, threshold: int) -> float:
     return (k * above + below) * (1 + 1e-9)
 
 
+def _rung_mechanisms(
+    bounds: tuple[Fraction, ...], eps_release: float
+) -> tuple[LaplaceMechanism, ...]:
+    """Laplace(b_j/ε_release) for every rung, b rounded up and ε down (more noise, never less).
+
+    Planning only (public bounds and budget): a scale that overflows a float is a ValueError
+    here, so a release never meets it on whichever rung the data select."""
+    top = bounds[-1]
+    why = (
+        f"the PTR ladder's top rung b = upper − lower = {float(top)!r} over ε/2 = {eps_release!r} "
+        "gives a Laplace noise scale that overflows a float; narrow the bounds [lower, upper] "
+        "(or raise the budget)"
+    )
+    if not math.isfinite(float_up(top)):  # the exact span can round up past the largest float
+        raise ValueError(why)
+    try:
+        return tuple(LaplaceMechanism(float_up(b), eps_release) for b in bounds)
+    except OverflowError as e:
+        raise ValueError(why) from e
+
+
 class LadderRelease(NamedTuple):
     """The outcome of :class:`LadderPTR`: ``value`` None is ⊥ (then ``bound`` is None too)."""
 
@@ -70,6 +91,10 @@ class LadderPTR:
     release step is ε_release-DP whenever D(x, b_j) ≥ 1, and P(a rung with D(x, b_j) = 0 is
     selected) ≤ J·P(ν − ρ ≥ T) ≤ δ fixes T (docs/local_sensitivity.md §6).
 
+    Every rung's Laplace mechanism is built here, from public numbers only: a ladder whose noise
+    scale b_j/ε_release overflows a float is refused with ValueError now, at planning, rather than
+    failing at release on the rung the data happen to select (a crash that depends on the data).
+
     Args:
       statistic: ``"quantile"`` (with ``q``) or ``"mean"``.
       rungs: J ≥ 2; ratio: > 1, the factor between rungs.
@@ -85,6 +110,7 @@ class LadderPTR:
     ratio: Fraction
     bounds: tuple[Fraction, ...]
     threshold: int
+    mechanisms: tuple[LaplaceMechanism, ...] = field(repr=False, compare=False)
 
     def __init__(
         self,
@@ -115,6 +141,7 @@ class LadderPTR:
             raise ValueError(f"ratio must be > 1, got {ratio!r}; 2 halves the bound per rung")
         span = Fraction(hi) - Fraction(lo)
         bounds = tuple(span / r ** (rungs - 1 - j) for j in range(rungs))
+        mechanisms = _rung_mechanisms(bounds, float_down(eps / 2))
         t = 1
         while rungs * svt_failure_bound(eps / 2, t) > float(d) * (1 - 1e-9):
             t += 1
@@ -129,6 +156,7 @@ class LadderPTR:
             "ratio": r,
             "bounds": bounds,
             "threshold": t,
+            "mechanisms": mechanisms,
         }
         for name, v in fields.items():
             object.__setattr__(self, name, v)
@@ -159,8 +187,7 @@ class LadderPTR:
                 else:
                     assert self.q is not None
                     value = quantile_of_sorted(xs, self.q, self.lower)
-                mech = LaplaceMechanism(float_up(b), float_down(self.epsilon / 2))
-                noisy = mech.release(value, rng)
+                noisy = self.mechanisms[j].release(value, rng)  # built and checked in __init__
                 return LadderRelease(noisy, float(b))
         return LadderRelease(None, None)
 
