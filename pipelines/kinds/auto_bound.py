@@ -25,6 +25,8 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
+from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+
 from ..config import QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares
 from ..public_keys import typed_public_keys
@@ -75,6 +77,18 @@ def _exponents(s: QuerySection, metric: str) -> tuple[int, int]:
     if metric == "sum" and e_max - e_min > SUM_OCTAVES:
         s.fail("bound_range", raw, f"at most 2^{SUM_OCTAVES} from lowest to highest", "")
     return e_min, e_max
+
+
+def _check_top_noise(top: float, epsilon: float | None, rho: float | None) -> None:
+    """The largest candidate's noise must fit a float (every smaller one's then does): refused
+    here, at planning, rather than when the private choice lands on it at release."""
+    try:
+        LaplaceMechanism(top, epsilon) if epsilon is not None else GaussianMechanism(top, rho or 0)
+    except OverflowError as e:
+        raise ValueError(
+            f"the noise for the largest candidate bound {top:.3g} overflows a float; lower the "
+            "top of bound_range or raise the budget"
+        ) from e
 
 
 class AutoBoundKind:
@@ -130,6 +144,7 @@ class AutoBoundKind:
             eps_choice, eps, rho = auto_bound_parts(ctx.share, L, o["auto_share"], query.noise)
             quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
             choice = clamp_choice(eps_choice, (e_min, e_max), quantum)
+            _check_top_noise(float(choice.candidates[-1]), eps, rho)
         except ValueError as e:
             raise config_error(ctx, e) from e
         return AutoBoundPlan(

@@ -609,3 +609,16 @@ def test_per_person_sums_beyond_the_float_range_release_as_at_the_top(tmp_path: 
         rows[per_person] = pq.read_table(result.outputs["m"]).to_pylist()
     assert rows[2] == rows[1]
     assert 0 < rows[1][0]["value"] <= 1e308  # ε = 50: τ is small enough to release near D
+
+
+def test_an_auto_bound_whose_top_candidate_noise_overflows_is_refused_at_planning(
+    tmp_path: Path,
+) -> None:
+    """bound_range up to 1.7e308 at ε = 0.5: the largest candidate's Laplace scale passes the
+    float range. It was built only when the private choice landed there, at release — 300 persons
+    at 8.98e307 failed the job, at 1e305 not. Now the plan refuses it, whatever the data."""
+    query = {**AUTO, "metric": "sum", "value": "v", "bound_range": [8.8e304, 1.7e308]}
+    with pytest.raises(ConfigError, match=r"largest candidate bound .* overflows a float"):
+        plan_release(parse_job(job(tmp_path, query, epsilon=0.5)))
+    [ok] = plan_release(parse_job(job(tmp_path, {**query, "bound_range": [1e260, 1e270]}))).queries
+    assert isinstance(ok, AutoBoundPlan)
