@@ -99,7 +99,10 @@ def answer_chunk(
         return default
     try:
         raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
-    except Exception:  # the function's failure is replaced, never reported (it is data)
+    # The function's failure is replaced, never reported (it is data). SystemExit too: a
+    # function that calls sys.exit() on some chunks would otherwise end the job on those data.
+    # (KeyboardInterrupt and GeneratorExit still propagate: they come from the operator/runtime.)
+    except (Exception, SystemExit):
         return default
     return sanitize_answer(raw, params.dimension, default)
 

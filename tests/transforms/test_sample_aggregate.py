@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import statistics
+import sys
 from typing import Any
 
 import apache_beam as beam
@@ -57,10 +58,12 @@ def pair_of_means(table: pa.Table) -> list[float]:
 
 
 def flaky(table: pa.Table) -> object:
-    """Fails in a different way on chunks holding p3, p5, p7 or p9; else mean_d."""
+    """Fails in a different way on chunks holding p3, p4, p5, p7 or p9; else mean_d."""
     persons = set(table.column(PERSON_COLUMN).to_pylist())
     if "p3" in persons:
         raise ZeroDivisionError("chunk-dependent failure")
+    if "p4" in persons:
+        sys.exit(3)  # a function that exits the process must not end the job on these data
     if "p5" in persons:
         return math.nan
     if "p7" in persons:
@@ -176,7 +179,7 @@ def test_failing_answers_become_the_default(function: str) -> None:
     expected_ok = (20.0,) if function == "flaky" else (50.0,)  # pair_of_means: wrong shape
     assert answer_chunk([pa.table(base)], fn, p) == expected_ok
     assert answer_chunk([], fn, p) == (50.0,)  # empty chunk: the midpoint of (0, 100)
-    for bad in ("p3", "p5", "p7", "p9"):
+    for bad in ("p3", "p4", "p5", "p7", "p9"):
         chunk = pa.table({PERSON_COLUMN: ["p1", bad], "d": [10.0, 30.0]})
         assert answer_chunk([chunk], fn, p) == (50.0,)
 
