@@ -126,7 +126,14 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
     The job file (after its split) and the library both plan through this one function."""
     if shared is not None:
         ctx = dataclasses.replace(ctx, shared_selection=shared)
-    return kind_of(q).plan(q, ctx)
+    try:
+        return kind_of(q).plan(q, ctx)
+    except OverflowError as e:  # a public number past the float range (bounds near ±1e308)
+        raise ConfigError(
+            ctx.key, str(ctx.share), "parameters whose noise fits a float",
+            "a bound, range or budget puts a noise scale or a span past the largest float "
+            f"({e}); narrow the bounds or raise the budget", ctx.source,
+        ) from e  # fmt: skip
 
 
 def spends_delta(q: QueryConfig) -> bool:

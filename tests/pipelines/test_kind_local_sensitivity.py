@@ -440,3 +440,12 @@ def test_userdp_run_end_to_end_records_beta_noise_and_guarantees(
     ]
     top_row = pq.read_table(out / "top_domain.parquet").to_pylist()
     assert len(top_row) == 1 and set(top_row[0]) == {"domain", "released"}
+
+
+def test_a_mean_whose_span_passes_the_float_range_is_a_config_error(tmp_path: Path) -> None:
+    """bounds [−1e308, 1e308]: the span 2e308 is no float. Any kind's OverflowError at planning
+    becomes a ConfigError naming the query (it was a bare traceback)."""
+    mean = {"name": "mv", "metric": "mean", "value": "duration_s", "bounds": [-1e308, 1e308],
+            "max_partitions_per_person": 1, "max_rows_per_partition": 1}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"queries\[0\] = .*noise fits a float.*narrow"):
+        plan_release(parse_job(job(tmp_path, mean)))
