@@ -22,8 +22,8 @@ fixed n; ``docs/local_sensitivity.md`` derives the add/remove versions used here
 Both are brute-force checked against the definitions on every small data set
 (``tests/mechanisms/test_smooth_sensitivity.py``).
 
-Computation. :func:`log_smooth_sensitivity` works in log space (S can be e^(−βn)·(hi − lo) and
-underflow). The median (q = 1/2) needs only O(n) pairs: its optimum lies on two anti-diagonals.
+Computation. :func:`log_smooth_sensitivity` works in log space (S can be e^(−2000)·(hi − lo)
+and underflow). The median (q = 1/2) needs only O(n) pairs: its optimum lies on two anti-diagonals.
 Other quantiles split into a part solved in closed form and a Monge part solved by the monotone
 divide and conquer of Nissim–Raskhodnikova–Smith over a staircase (:mod:`.monge_search`); pairs
 that provably cannot beat a computed lower bound are pruned first, so typical data only touch the
@@ -32,8 +32,14 @@ Python steps; :func:`log_smooth_sensitivity_naive` is the O(n²) formula kept as
 
 Floating point. Gaps x_j − x_i and the exponents are floats; to keep the result a β-smooth upper
 bound despite rounding, it is computed for β' = β − 2·ln(1 + η) and multiplied by 1 + η,
-η = 2^−20, far above the accumulated relative error (≲ 2^−40 while β·n ≤ 2^30, which is checked).
-Then S*_{β'} ≤ Ŝ ≤ (1 + η)²·S*_{β'}, so Ŝ ≥ LS and Ŝ(x) ≤ e^β·Ŝ(x') for neighbours.
+η = 2^−20. Terms below K = (hi − lo)·e^(−C), C = 2000, are not resolved: the result is
+M = max(S*_{β'}, K) (:func:`_log_floor`), so only terms with β'·c ≤ 3C enter the search and the
+accumulated error is ≲ 2^−39 ≪ η for every n. M is β'-smooth (the maximum of a β'-smooth function
+and a constant) and M ≤ Ŝ ≤ (1 + η)²·M, so Ŝ ≥ S*_β ≥ LS and Ŝ(x) ≤ e^β·Ŝ(x') for neighbours.
+The release floors S at 2^−20·(hi − lo) ≫ K, so K never changes a released value.
+
+Integers. Costs are exact: q's numerator and denominator multiply counts in int64 only when the
+denominator is small (:func:`exact_counts`), else as Python ints.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from __future__ import annotations
 import math
 import numbers
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -53,7 +60,11 @@ IntArray = NDArray[np.int64]
 ROUNDING_MARGIN = 2.0**-20
 """η: the computed bound is (1 + η)·S for β' = β − 2·ln(1 + η) (module docstring)."""
 
-_MAX_BETA_N = 2.0**30  # β·(2n + 2) must stay below this: exponents keep ≥ 22 fractional bits
+LOG_TERM_FLOOR = 2000.0
+"""C: terms below K = (hi − lo)·e^(−C) are replaced by K (:func:`_log_floor`)."""
+
+_BETA_CAP = 2.0 * LOG_TERM_FLOOR  # β' > C already sends every term with c ≥ 1 below the floor
+_INT64_DENOMINATOR = 2**20  # q = a/b with b ≤ this keeps a·x, b·x < 2^60 for counts x < 2^40
 
 
 # --------------------------------------------------------------------------- inputs and the rank
@@ -139,15 +150,25 @@ def quantile_of_sorted(xs: FloatArray, q: Fraction, lower: float) -> float:
 # --------------------------------------------------------------------------- the cost c(i, l)
 
 
+def exact_counts(x: ArrayLike, q: Fraction) -> NDArray[Any]:
+    """Integer counts ``x`` as an array on which + − * // with q's numerator and denominator are
+    exact: int64 when the denominator is ≤ 2^20 (products < 2^20·2^40 for any count numpy can
+    index), else an object array of Python ints. Floats are read as decimals (:func:`as_quantile`):
+    q = 0.3333333333333333 is 3333333333333333/10^16, whose int64 products wrap silently from
+    counts of about 900. The choice depends on the public q alone."""
+    arr = np.asarray(x, dtype=np.int64)
+    return arr if q.denominator <= _INT64_DENOMINATOR else arr.astype(object)
+
+
 def shift_cost(B: IntArray, T: IntArray, q: Fraction) -> IntArray:
     """s(B, T): the fewest adds/removes of outer values that put a gap with B values at or below
-    and T at or above at the q-quantile's rank (docs/local_sensitivity.md, §2). Exact integers."""
+    and T at or above at the q-quantile's rank (docs/local_sensitivity.md, §2). Exact integers.
+
+    s = φ(⌊D/M⌋), φ(w) = max(w, −w − 1): for D < 0, max(0, ⌈−D/M⌉ − 1) = −⌊D/M⌋ − 1 ≥ 0."""
     a, b = q.numerator, q.denominator
-    m = max(a, b - a)  # M·b
-    d = (b - a) * np.asarray(B, dtype=np.int64) - a * np.asarray(T, dtype=np.int64)  # D·b
-    up = d // m
-    down = np.maximum(0, (-d + m - 1) // m - 1)
-    return np.where(d >= 0, up, down)
+    d = (b - a) * exact_counts(B, q) - a * exact_counts(T, q)  # D·b
+    w = np.asarray(d // max(a, b - a), dtype=np.int64)  # ⌊D/M⌋, |w| ≤ B + T + 1
+    return np.maximum(w, -w - 1)
 
 
 def pair_cost(i: IntArray, j: IntArray, n: int, q: Fraction) -> IntArray:
@@ -166,18 +187,26 @@ def _oriented(xp: FloatArray, q: Fraction) -> tuple[FloatArray, IntArray]:
     q < 1/2 the data are mirrored (x ↦ −x, reversed) and g(B) = ⌈qB/(1−q)⌉ − 1. Either way g is
     nondecreasing, rises by 0 or 1 per step, and g(0) ∈ {0, −1}."""
     a, b = q.numerator, q.denominator
-    B = np.arange(len(xp), dtype=np.int64)
+    B = exact_counts(np.arange(len(xp)), q)
     if 2 * a >= b:
-        return xp, ((b - a) * B) // a
-    return -xp[::-1], -((-a * B) // (b - a)) - 1
+        return xp, np.asarray(((b - a) * B) // a, dtype=np.int64)
+    return -xp[::-1], np.asarray(-((-a * B) // (b - a)) - 1, dtype=np.int64)
 
 
-def _check_size(n: int, beta: float) -> None:
-    if beta * (2 * n + 2) > _MAX_BETA_N:
-        raise ValueError(
-            f"beta·(2n + 2) = {beta * (2 * n + 2):.3g} exceeds 2^30: exponents would lose "
-            "precision; this needs more than 10^9 persons at β = 0.5"
-        )
+def _log_floor(xp: FloatArray) -> float:
+    """ln K, K = (hi − lo)·e^(−C): the value every unresolved term is replaced by.
+
+    Why this keeps an upper bound. A term with β'·c > C is (x_j − x_i)·e^(−β'·c) < (hi − lo)·e^(−C)
+    = K, so max(S*_{β'}, K) = max(terms with β'·c ≤ C, K) ≥ S*_{β'}: dropping those terms alone
+    would *lower* S (e.g. n equal values, whose only non-zero gaps cost ~n/2), so K stands in for
+    them. K is public (bounds and C only), and max(S*_{β'}, K) is β'-smooth. The release floors S
+    at 2^−20·(hi − lo) > K, so outputs are those of the exact S*_{β'}. Precision, for every n: no
+    exponent above ~3C reaches the Monge search (:func:`_raw_fast`), and a term evaluated on its
+    own with a larger β'·c comes out below ln K however it rounds; so every term that can win errs
+    by ≲ 2^−39 ≪ η, and no data size needs to be refused (β'·(2n + 2) ≤ 2^30 used to be checked:
+    one person more could turn a release into an error).
+    """
+    return math.log(float(xp[-1] - xp[0])) - LOG_TERM_FLOOR
 
 
 # ------------------------------------------------------------------------------- the naive oracle
@@ -195,12 +224,14 @@ def log_smooth_sensitivity_naive(
     """The same bound as :func:`log_smooth_sensitivity`, by the O(n²) formula over all gaps."""
     qf, (lo, hi), b = as_quantile(q), check_bounds(lower, upper), check_beta(beta)
     xp = padded(sorted_clamped(values, lo, hi), lo, hi)
-    _check_size(len(xp) - 2, b)
-    return _raw_naive(xp, qf, _inner_beta(b)) + math.log1p(ROUNDING_MARGIN)
+    floor = _log_floor(xp)
+    return max(_raw_naive(xp, qf, _inner_beta(b)), floor) + math.log1p(ROUNDING_MARGIN)
 
 
 def _inner_beta(beta: float) -> float:
-    return beta - 2.0 * math.log1p(ROUNDING_MARGIN)
+    """β' = β − 2·ln(1 + η), capped at 2C: beyond C every term with c ≥ 1 is below K already, so
+    max(S*_{β'}, K) is unchanged, and the cap keeps β'·c finite (no overflow warning) for any n."""
+    return min(beta - 2.0 * math.log1p(ROUNDING_MARGIN), _BETA_CAP)
 
 
 # ------------------------------------------------------------------------------- the fast version
@@ -220,8 +251,13 @@ def _raw_median(xp: FloatArray, beta: float) -> float:
     return best
 
 
-def _raw_fast(xp: FloatArray, q: Fraction, beta: float, *, prune: bool = True) -> float:
-    """ln S for β (no margins). ``prune=False`` skips the pruning (for tests of the search)."""
+def _raw_fast(
+    xp: FloatArray, q: Fraction, beta: float, *, prune: bool = True, floor: float = -math.inf
+) -> float:
+    """ln S for β (no margins), exact wherever it is ≥ ``floor``: the Monge search skips rows and
+    columns that cannot beat max(candidates, floor) — with floor = ln K only pairs with β·c < 3C
+    remain (a kept row has n − C/β < i + g(i), a kept column j + g(j − 1) < n + 1 + C/β, so
+    j − i − 1 < 2C/β). ``prune=False`` skips the pruning (for tests of the search)."""
     if q == Fraction(1, 2):
         return _raw_median(xp, beta)
     xo, g = _oriented(xp, q)
@@ -241,7 +277,8 @@ def _raw_fast(xp: FloatArray, q: Fraction, beta: float, *, prune: bool = True) -
     if has.any():
         r, lr = rows[has], lam[has]
         best = max(best, float(np.max(log_gap(xo, r, lr) - beta * (2 * lr - n - 2 - h[r]))))
-        best = max(best, a2_search(xo, n, h, lam, beta=beta, floor=best if prune else -math.inf))
+        bound = max(best, floor) if prune else -math.inf
+        best = max(best, a2_search(xo, n, h, lam, beta=beta, floor=bound))
     return best
 
 
@@ -257,15 +294,17 @@ def log_smooth_sensitivity(
       lower, upper: the public clamp bounds.
       beta: the smoothness the noise rule needs, e.g. ε/(2(γ+1)).
 
-    Returns a float that may be far below −745 (S underflows as a float, not in log space).
+    Returns a float that may be far below −745 (S underflows as a float, not in log space), but
+    never below ln(hi − lo) − 2000 + ln(1 + η): smaller terms are replaced by that public
+    constant (:func:`_log_floor`), which keeps an upper bound and lets any data size through.
     Proof: docs/local_sensitivity.md §§2–5; the bound's smoothness follows from NRS07's lemma
     (seed ``smooth-sensitivity-nrs07.txt``: S* = max_y LS(y)·e^(−β·d(x,y)) is β-smooth for any
     metric whose neighbours are at distance 1).
     """
     qf, (lo, hi), b = as_quantile(q), check_bounds(lower, upper), check_beta(beta)
     xp = padded(sorted_clamped(values, lo, hi), lo, hi)
-    _check_size(len(xp) - 2, b)
-    return _raw_fast(xp, qf, _inner_beta(b)) + math.log1p(ROUNDING_MARGIN)
+    floor = _log_floor(xp)
+    return max(_raw_fast(xp, qf, _inner_beta(b), floor=floor), floor) + math.log1p(ROUNDING_MARGIN)
 
 
 # --------------------------------------------------------------------- local sensitivity and PTR

@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike
 from .accounting import ApproxDP
 from .checks import Rational
 from .ptr import check_delta, check_epsilon, distance_threshold, passes_test
-from .quantile_sensitivity import as_quantile, quantile_of_sorted, sorted_clamped
+from .quantile_sensitivity import as_quantile, exact_counts, quantile_of_sorted, sorted_clamped
 from .rng import KeyedRng
 
 
@@ -120,7 +120,10 @@ def bucketed_quantile_distance(
     A(R) = max(0, ⌈(q(n − R) − m)/(1 − q)⌉), m = #{x < e_j}. Up (j ≤ B − 2): remove R values
     < e_{j+1} and add A at hi until #{y < e_{j+1}} < ⌈q·n'⌉:
     A(R) = max(0, ⌊(m' − R)/q − (n − R)⌋ + 1), m' = #{x < e_{j+1}}.
-    dist is the least R + A(R) over both (docs §9).
+    dist is the least R + A(R) over both (docs §9). Exact: R is int64 only when q's denominator
+    is small, else Python ints (:func:`.quantile_sensitivity.exact_counts`). q = 0.3333333333333333
+    is 3333333333333333/10^16: with a few thousand values the int64 products wrapped silently
+    (distance 0 instead of hundreds) or raised OverflowError, depending on the counts.
     """
     a, b = q.numerator, q.denominator
     n = len(xs)
@@ -130,12 +133,12 @@ def bucketed_quantile_distance(
     best = n + 2  # removing everyone and adding values at an end always suffices
     if j >= 1:
         m = int(np.searchsorted(xs, e[j], side="left"))
-        R = np.arange(0, n - m + 1, dtype=np.int64)
+        R = exact_counts(np.arange(0, n - m + 1), q)
         A = np.maximum(0, _ceil_div(a * (n - R) - b * m, b - a))
         best = min(best, int((R + A).min()))
     if j <= len(e) - 3:
         m2 = int(np.searchsorted(xs, e[j + 1], side="left"))
-        R = np.arange(0, m2 + 1, dtype=np.int64)
+        R = exact_counts(np.arange(0, m2 + 1), q)
         A = np.maximum(0, (b * (m2 - R) - a * (n - R)) // a + 1)
         best = min(best, int((R + A).min()))
     return j, best
