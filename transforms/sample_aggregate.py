@@ -28,6 +28,7 @@ The function is trusted operator code: its own prints, logs or side effects are 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -98,7 +99,14 @@ def answer_chunk(
     if table is None:
         return default
     try:
-        raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
+        # Silenced: a warning the function raises on some data (NumPy's "overflow encountered"
+        # on huge values, say) would print on the worker only when those data are there. Its
+        # non-finite answer becomes the default below, as a failure does. (np.errstate is per
+        # thread; the warnings filter is process-wide, so this may also hide a concurrent
+        # thread's warnings for a moment: it only ever removes output.)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
     # The function's failure is replaced, never reported (it is data). SystemExit too: a
     # function that calls sys.exit() on some chunks would otherwise end the job on those data.
     # (KeyboardInterrupt and GeneratorExit still propagate: they come from the operator/runtime.)

@@ -7,6 +7,7 @@ import importlib.util
 import math
 import statistics
 import sys
+import warnings
 from typing import Any
 
 import apache_beam as beam
@@ -376,3 +377,24 @@ def test_example_percentiles_and_sessions() -> None:
     for fn in (example_functions.session_duration_p90, example_functions.visit_duration_p90):
         with pytest.raises(ValueError, match="at least one"):
             fn(empty)
+
+
+def overflows_then_warns(table: pa.Table) -> object:
+    """NumPy warns ("overflow encountered") on huge values; a plain warning on p2's chunks."""
+    if "p2" in set(table.column(PERSON_COLUMN).to_pylist()):
+        warnings.warn("a chunk-dependent warning", UserWarning, stacklevel=1)
+        return 7.0
+    return float(np.asarray(table.column("d").to_numpy()).sum())
+
+
+def test_a_function_warning_on_some_chunks_prints_nothing() -> None:
+    """A warning only some data raise would show on the worker only with those data; it is
+    silenced, and a non-finite answer becomes the default as a failure does."""
+    fn = resolve_function(f"{HERE}:overflows_then_warns")
+    p = params("overflows_then_warns")
+    huge = pa.table({PERSON_COLUMN: ["p1", "p3"], "d": [1e308, 1e308]})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert answer_chunk([huge], fn, p) == (50.0,)  # inf → the default
+        assert answer_chunk([pa.table({PERSON_COLUMN: ["p2"], "d": [1.0]})], fn, p) == (7.0,)
+    assert seen == []
