@@ -271,7 +271,9 @@ def bound_and_aggregate(
         magnitude = max(abs(Fraction(lo)), abs(Fraction(hi)))
         half_width = (Fraction(hi) - Fraction(lo)) / 2
         sums = _exact_sums(row_part, _fixed_point(v, q, magnitude), P)
-        centred = _exact_sums(row_part, _fixed_point(v, q, half_width, (lo + hi) / 2), P)
+        # lo/2 + hi/2, not (lo + hi)/2: the same float unless lo + hi overflows ([1e307, 1.7e308]
+        # made the midpoint inf and every partition release the upper bound)
+        centred = _exact_sums(row_part, _fixed_point(v, q, half_width, lo / 2 + hi / 2), P)
 
     out: dict[PartitionKey, PartitionStats] = {}
     for p in np.flatnonzero(n_persons).tolist():

@@ -146,7 +146,7 @@ class _ReleasePartition:
         assert p.count_noise is not None  # ReleaseParams guarantees it for 'mean'
         centred = self._release(stats.centred_sum_q * unit, label, "value")
         rows = max(1.0, self._release(stats.rows, label, "count", count=True))
-        mid = (b.lower + b.upper) / 2
+        mid = b.lower / 2 + b.upper / 2  # as bounding.py: (lower + upper)/2 can overflow
         mean = min(b.upper, max(b.lower, mid + centred / rows))
         # Delta method on the noisy values (post-processing): Var ≈ σ_s²/n² + (s/n²)²·σ_n².
         std = math.hypot(p.noise.std / rows, centred / rows**2 * p.count_noise.std)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -82,3 +83,22 @@ def test_output_bytes_do_not_depend_on_row_order_or_shards(tmp_path: Path, shard
     first = release(tmp_path / "a", rows, num_shards=3)
     other = release(tmp_path / "b", list(reversed(rows)), num_shards=shards)
     assert first["bytes"] == other["bytes"] and first["files"] == other["files"]
+
+
+def test_a_mean_whose_bounds_sum_past_the_float_range_is_still_the_mean(tmp_path: Path) -> None:
+    """bounds [1e307, 1.7e308]: (lower + upper)/2 overflowed, so the centre was inf and every
+    partition released the upper bound whatever the data. lower/2 + upper/2 is the same float
+    wherever the sum was finite. Noise off: the released mean is the data's, 1e308."""
+    (tmp_path / "data").mkdir()
+    ids = [f"p{i}" for i in range(8)]  # 8·(1e308 − centre) stays a float: noise off is exact
+    pq.write_table(pa.table({"person_id": ids, "v": [1e308] * 8}), tmp_path / "data" / "d.parquet")
+    cfg = parse_job({
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": {"epsilon": 1.0},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": [{"name": "m", "metric": "mean", "value": "v", "bounds": [1e307, 1.7e308],
+                     "max_partitions_per_person": 1, "max_rows_per_partition": 1}],
+    })  # fmt: skip
+    result = run_release(cfg, release_key=ReleaseKey(bytes(32)), noise=False, num_shards=1)
+    [row] = pq.read_table(result.outputs["m"]).to_pylist()
+    assert row["value"] == pytest.approx(1e308, rel=1e-9)
