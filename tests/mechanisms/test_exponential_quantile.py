@@ -155,3 +155,9 @@ def test_grid_values_are_unchanged_for_ordinary_bounds() -> None:
     for k in (0, 1, 7, 1000, 2049, 4095, 4096):
         assert mech.grid_value(k) == min(12.9, -3.7 + k * (12.9 - -3.7) / 4096)
     assert -3.7 + 4096 * (12.9 - -3.7) / 4096 > 12.9  # the old formula left the range
+
+
+def test_bounds_too_close_for_a_grid_are_refused() -> None:
+    """±5e-324: the halves the indices divide by round to 0 (every datum gave NaN, warning)."""
+    with pytest.raises(ValueError, match="too close to tell apart"):
+        ExponentialQuantile(Fraction(1, 2), -5e-324, 5e-324, 1.0)

@@ -72,6 +72,8 @@ class ExponentialQuantile:
         lo, hi = float(lower), float(upper)
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
             raise ValueError(f"bounds must be finite with lower < upper, got [{lower}, {upper}]")
+        if hi / 2 - lo / 2 == 0:  # e.g. ±5e-324: the halves the indices divide by (grid_indices)
+            raise ValueError(f"bounds [{lower}, {upper}] are too close to tell apart on a grid")
         eps = positive(epsilon, "epsilon", "the quantile's share of the budget")
         if isinstance(grid_bits, bool) or not isinstance(grid_bits, int):
             raise TypeError(f"grid_bits must be an int, got {grid_bits!r}")

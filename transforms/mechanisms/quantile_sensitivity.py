@@ -326,11 +326,12 @@ def _first_reaching(xp: FloatArray, i: IntArray, bound: float) -> IntArray:
     base = xp[i]
     with np.errstate(over="ignore"):
         v = base + bound
-    for _ in range(4):  # step down while the predecessor still qualifies
-        down = np.nextafter(v, -np.inf)
-        v = np.where(np.isfinite(v) & (down - base >= bound), down, v)
-    for _ in range(4):  # step up until v qualifies
-        v = np.where(v - base >= bound, v, np.nextafter(v, np.inf))
+    with np.errstate(over="ignore", invalid="ignore"):  # nextafter(max float) is inf: handled
+        for _ in range(4):  # step down while the predecessor still qualifies
+            down = np.nextafter(v, -np.inf)
+            v = np.where(np.isfinite(v) & (down - base >= bound), down, v)
+        for _ in range(4):  # step up until v qualifies
+            v = np.where(v - base >= bound, v, np.nextafter(v, np.inf))
     return np.searchsorted(xp, v, side="left").astype(np.int64)
 
 
