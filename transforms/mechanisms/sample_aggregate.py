@@ -173,25 +173,23 @@ class SampleAggregateParams:
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the function, k, ranges, aggregator, noise and guarantee."""
         noise: dict[str, Any]
-        if self.aggregator == "mean" and self.rho is not None:
-            noise = {"mechanism": "gaussian", "l2_sensitivity": "√(sum of squared widths) / chunks"}
-        elif self.aggregator == "mean":
-            noise = {"mechanism": "laplace", "l1_sensitivity": "sum of range widths / chunks"}
-        else:
-            m = self.aggregator_for(self.chunks or MIN_CHUNKS)
-            assert isinstance(m, RankMedian)
+        agg = self.aggregator_for(self.chunks or MIN_CHUNKS)  # the median's ε_c is k-free
+        if isinstance(agg, RankMedian):
             noise = {
                 "mechanism": "exponential",
                 "score": "-max(#answers below, #answers above), sensitivity 1",
                 "grid_cells": self.median_grid,
-                "epsilon_per_coordinate": float(m.coordinate_epsilon),
+                "epsilon_per_coordinate": float(agg.coordinate_epsilon),
             }
             if self.rho is not None:
                 noise["counted_as"] = "ε-bounded-range per coordinate: d·ε²/8 ≤ ρ"
-        agg = self.aggregator_for(self.chunks) if self.chunks is not None else None
-        if isinstance(agg, ClippedMean):
-            if isinstance(agg.mechanism, LaplaceMechanism):
+        elif isinstance(agg.mechanism, LaplaceMechanism):
+            noise = {"mechanism": "laplace", "l1_sensitivity": "sum of range widths / chunks"}
+            if self.chunks is not None:
                 noise.update(scale=agg.mechanism.scale)
+        else:
+            noise = {"mechanism": "gaussian", "l2_sensitivity": "√(sum of squared widths) / chunks"}
+        if isinstance(agg, ClippedMean) and self.chunks is not None:  # the noise at the fixed k
             noise.update(stddev=agg.mechanism.std, granularity=agg.mechanism.granularity)
         return {
             "metric": "sample_aggregate",
