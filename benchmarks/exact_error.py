@@ -64,14 +64,24 @@ def trimmed_abs_error(
     return float(((lo + hi) / 2).mean())
 
 
-def best_clamp_error(totals: np.ndarray, unit_scale: float, law: str = "laplace") -> float:
-    """The best clamp in hindsight, noise of scale c·``unit_scale`` at clamp c; the grid of
-    ``auto_bound.best_clamp`` (16 per octave within 2^20 below the top, every whole c ≤ 1000).
+def clamp_grid(totals: np.ndarray) -> np.ndarray:
+    """The clamps ``auto_bound.best_clamp`` scans: 16 per octave from 2^20 below the top to twice
+    the top, and every whole c ≤ 1000."""
+    top = max(float(totals.max()), 1.0)
+    grid = 2.0 ** (np.arange(-10 * 16, math.ceil(math.log2(top)) * 16 + 17) / 16.0)
+    out: np.ndarray = np.union1d(
+        grid[(grid >= top / 2**20) & (grid <= top * 2)], np.arange(1.0, 1001.0)
+    )
+    return out
+
+
+def clamp_errors(
+    totals: np.ndarray, grid: np.ndarray, unit_scale: float, law: str = "laplace"
+) -> np.ndarray:
+    """The error of each fixed clamp c in ``grid``: its bias plus noise of scale c·``unit_scale``.
 
     Each clamp is one component (p = 1), so all clamps are bisected at once, row by row."""
-    truth, top = float(totals.sum()), max(float(totals.max()), 1.0)
-    grid = 2.0 ** (np.arange(-10 * 16, math.ceil(math.log2(top)) * 16 + 17) / 16.0)
-    grid = np.union1d(grid[(grid >= top / 2**20) & (grid <= top * 2)], np.arange(1.0, 1001.0))
+    truth = float(totals.sum())
     ordered = np.sort(totals)  # Σ min(t, c) = Σ_{t ≤ c} t + c·#{t > c}
     below = np.searchsorted(ordered, grid, side="right")
     prefix = np.concatenate([[0.0], np.cumsum(ordered)])
@@ -84,20 +94,36 @@ def best_clamp_error(totals: np.ndarray, unit_scale: float, law: str = "laplace"
         mid = (lo + hi) / 2
         below_level = cdf_of((mid - a) / b) - cdf_of((-mid - a) / b) < LEVELS
         lo, hi = np.where(below_level, mid, lo), np.where(below_level, hi, mid)
-    return float(((lo + hi) / 2).mean(axis=1).min())
+    out: np.ndarray = ((lo + hi) / 2).mean(axis=1)
+    return out
 
 
-def choice_error(
-    totals: np.ndarray, choice: ClampChoiceParams, unit_scale: float, law: str = "laplace"
-) -> float:
-    """The error of ``choice`` then noise of scale c_k·``unit_scale``: exact choice law."""
+def best_clamp_error(totals: np.ndarray, unit_scale: float, law: str = "laplace") -> float:
+    """The best clamp in hindsight, noise of scale c·``unit_scale`` at clamp c, over
+    :func:`clamp_grid`."""
+    return float(clamp_errors(totals, clamp_grid(totals), unit_scale, law).min())
+
+
+def choice_law(
+    totals: np.ndarray, choice: ClampChoiceParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(candidates c_k, the probability that ``choice`` picks each, each clamp's bias) on these
+    totals — the choice's exact law, P[k] ∝ exp(−λ_k)."""
     cands = np.array([float(c) for c in choice.candidates])
     hist = np.bincount(np.searchsorted(cands, totals, side="left"), minlength=len(cands) + 1)
     lam = np.array([float(x) for x in choice.exponents(hist.tolist())])
     weights = np.exp(-(lam - lam.min()))
     truth = float(totals.sum())
     bias = np.array([np.minimum(totals, c).sum() - truth for c in cands])
-    return trimmed_abs_error(weights / weights.sum(), bias, cands * unit_scale, law)
+    return cands, weights / weights.sum(), bias
+
+
+def choice_error(
+    totals: np.ndarray, choice: ClampChoiceParams, unit_scale: float, law: str = "laplace"
+) -> float:
+    """The error of ``choice`` then noise of scale c_k·``unit_scale``: exact choice law."""
+    cands, p, bias = choice_law(totals, choice)
+    return trimmed_abs_error(p, bias, cands * unit_scale, law)
 
 
 def laplace_unit(epsilon: Fraction | float) -> float:

@@ -132,3 +132,24 @@ def test_the_accuracy_and_shared_selection_benchmarks_run(tmp_path: Path) -> Non
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "shared selection" in shared.stdout and "runs with two key sets 0/1" in shared.stdout
+
+
+def test_auto_bound_plot_draws_the_benchmarks_exact_ratios(tmp_path: Path) -> None:
+    """The picture's panels carry the same exact auto / best as the benchmark's table."""
+    import subprocess  # noqa: PLC0415
+
+    out_png = tmp_path / "auto-bound.png"
+    out = subprocess.run(
+        [sys.executable, str(_script("auto_bound_plot")), "--people", "400", "--out",
+         str(out_png)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = re.findall(r"^(\S+) +ε = (\S+) +auto / best = (\S+)$", out, re.M)
+    table = subprocess.run(
+        [sys.executable, str(_script("auto_bound")), "--people", "400", "--runs", "10"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    exact = {(r[0], r[1]): r[8] for r in map(str.split, table.splitlines()) if r[:1] in FAMILIES}
+    assert len(drawn) == 12
+    assert all(exact[(name, eps)] == ratio for name, eps, ratio in drawn)

@@ -70,3 +70,25 @@ def test_a_choice_sure_of_one_clamp_scores_that_clamp(exact: ModuleType) -> None
     assert exact.choice_error(totals, choice, 1 / 2) == pytest.approx(want, rel=1e-9)
     # and the best clamp in hindsight on this data is 5 as well (no bias, least noise)
     assert exact.best_clamp_error(totals, 1 / 2) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_clamp_curve_and_the_choice_law_agree_with_their_summaries(exact: ModuleType) -> None:
+    """``clamp_errors`` is the curve whose minimum ``best_clamp_error`` reports, and
+    ``choice_law`` is the law ``choice_error`` integrates: a distribution whose most likely
+    candidate is the choice's own mode."""
+    gen = np.random.default_rng(3)  # data for the check
+    totals = gen.integers(1, 8, 2000).astype(np.float64)
+    grid = exact.clamp_grid(totals)
+    curve = exact.clamp_errors(totals, grid, 1.0)
+    assert curve.min() == exact.best_clamp_error(totals, 1.0)
+    assert grid[curve.argmin()] == 7.0  # no bias at the top, least noise there
+    choice = ClampChoiceParams(
+        epsilon=Fraction(1, 4), min_exponent=0, max_exponent=20, target_clipped=0,
+        step_prior=Fraction(1, 2),
+    )  # fmt: skip
+    cands, p, bias = exact.choice_law(totals, choice)
+    hist = np.bincount(np.searchsorted(cands, totals, side="left"), minlength=len(cands) + 1)
+    assert p.sum() == pytest.approx(1.0, abs=1e-12)
+    assert p.argmax() == choice.mode(hist.tolist())
+    assert bias[cands >= 7].max() == 0.0 and (bias[cands < 7] < 0).all()
+    assert exact.choice_error(totals, choice, 1.0) == exact.trimmed_abs_error(p, bias, cands)
