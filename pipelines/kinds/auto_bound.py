@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
 
 from ..config import QueryConfig
 from ..config_fields import MISSING, is_num, parse_shares
@@ -81,10 +82,11 @@ def _exponents(s: QuerySection, metric: str) -> tuple[int, int]:
 
 def _check_top_noise(top: float, epsilon: float | None, rho: float | None) -> None:
     """The largest candidate's noise must fit a float (every smaller one's then does): refused
-    here, at planning, rather than when the private choice lands on it at release."""
+    here, at planning, rather than when the private choice lands on it at release. Both
+    constructors refuse a scale or std past the float range (NoiseScaleOverflowError)."""
     try:
         LaplaceMechanism(top, epsilon) if epsilon is not None else GaussianMechanism(top, rho or 0)
-    except OverflowError as e:
+    except NoiseScaleOverflowError as e:
         raise ValueError(
             f"the noise for the largest candidate bound {top:.3g} overflows a float; lower the "
             "top of bound_range or raise the budget"

@@ -18,6 +18,7 @@ from userdp.transforms.mechanisms.additive import (
     granularity_exponent,
     laplace_mechanism,
 )
+from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
 from userdp.transforms.mechanisms.rng import KeyedRng
 
 CONTROLS = (0.7, 1.3)
@@ -144,3 +145,35 @@ def test_a_release_beyond_the_float_range_saturates_instead_of_raising(gaussian:
     assert out.count(top) > 50  # the overflow is exercised
     low = [mech.release(-top, KeyedRng(TEST_SECRET, "saturate", i)) for i in range(200)]
     assert low.count(-top) > 50
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: GaussianMechanism(1e308, 1e-4),  # σ = Δ/√(2ρ) ≈ 7e309: the scale itself
+        lambda: GaussianMechanism(10**400, 1.0),  # a sensitivity past the float range
+        lambda: LaplaceMechanism(1e308, 1e-3),  # b = Δ/ε = 1e311
+        lambda: LaplaceMechanism(sys.float_info.max, 1.0),  # Δ/ε fits, b = (Δ + g)/ε not
+        lambda: GaussianMechanism(sys.float_info.max, 0.5),  # Δ/√(2ρ) fits, σ with Δ + g not
+    ],
+)
+def test_a_noise_scale_past_the_float_range_is_refused_when_built(build: object) -> None:
+    """A mechanism whose noise scale (Laplace b, Gaussian σ) passes the largest float is refused by
+    its constructor — at planning, with public numbers — not when a release meets it. The
+    Gaussian used to accept Δ/√(2ρ) = inf silently (grid 2^−40) and raise OverflowError at
+    release, on whichever candidate the data selected."""
+    with pytest.raises(
+        NoiseScaleOverflowError, match=r"overflows a float.*narrow the bounds or raise"
+    ):
+        build()  # type: ignore[operator]
+
+
+def test_the_largest_scales_that_fit_are_built_and_stated_finite() -> None:
+    for mech in (LaplaceMechanism(1.2e308, 1.0), GaussianMechanism(1e308, 0.5)):
+        assert math.isfinite(mech.scale if isinstance(mech, LaplaceMechanism) else mech.std)
+        assert math.isfinite(mech.std)
+        assert (
+            -sys.float_info.max
+            <= mech.release(0.0, KeyedRng(TEST_SECRET, "fits"))
+            <= (sys.float_info.max)
+        )

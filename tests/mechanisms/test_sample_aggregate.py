@@ -383,6 +383,11 @@ def test_manifest_states_k_range_aggregator_and_guarantee() -> None:
             ValueError,
             "overflows a float",
         ),
+        (  # the sensitivity 2e307 fits; its Gaussian σ = 2e307/√(2·1e-4) does not
+            {"epsilon": None, "rho": 1e-4, "output_range": (-1e307, 1e307), "chunks": 1},
+            ValueError,
+            "noise's scale for these ranges, chunks and budget overflows a float",
+        ),
     ],
 )
 def test_bad_params_are_refused(kw: dict[str, Any], error: type[Exception], match: str) -> None:

@@ -622,3 +622,18 @@ def test_an_auto_bound_whose_top_candidate_noise_overflows_is_refused_at_plannin
         plan_release(parse_job(job(tmp_path, query, epsilon=0.5)))
     [ok] = plan_release(parse_job(job(tmp_path, {**query, "bound_range": [1e260, 1e270]}))).queries
     assert isinstance(ok, AutoBoundPlan)
+
+
+def test_under_rho_too_an_auto_bound_whose_top_noise_overflows_is_refused_at_planning(
+    tmp_path: Path,
+) -> None:
+    """The same range under ρ = 0.01: the Gaussian scale 1.7e308/√0.02 passes the float range.
+    The Gaussian mechanism used to accept it silently (an infinite scale, a wrong grid), so the
+    plan passed and the release crashed only when the choice landed on a top candidate — with
+    300 persons at 8.98e307 it did: an exit code set by the data."""
+    query = {**AUTO, "metric": "sum", "value": "v", "bound_range": [8.8e304, 1.7e308]}
+    with pytest.raises(ConfigError, match=r"largest candidate bound .* overflows a float"):
+        plan_release(parse_job(job(tmp_path, query, rho=0.01)))
+    ok = {**query, "bound_range": [1e260, 1e270]}
+    [plan] = plan_release(parse_job(job(tmp_path, ok, rho=0.01))).queries
+    assert isinstance(plan, AutoBoundPlan)

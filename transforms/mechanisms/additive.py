@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .checks import positive
+from .checks import NoiseScaleOverflowError, positive
 from .discrete import discrete_gaussian, discrete_laplace, discrete_laplace_std
 from .rng import KeyedRng
 
@@ -76,6 +76,30 @@ def _noisy(value: float | Fraction, k: int, noise: int) -> float:
         return math.copysign(sys.float_info.max, n)
 
 
+def _finite(x: float | Fraction) -> float:
+    """``x`` as a finite float, or OverflowError (float() of a huge Fraction raises; of a float
+    product it is inf)."""
+    f = float(x)
+    if not math.isfinite(f):
+        raise OverflowError(f"{x!r} is past the float range")
+    return f
+
+
+def _shown(x: Fraction) -> str:
+    try:
+        return f"{float(x):.4g}"
+    except OverflowError:
+        return f"> {sys.float_info.max:.4g}"
+
+
+def _overflow(kind: str, sensitivity: Fraction, budget: str) -> NoiseScaleOverflowError:
+    return NoiseScaleOverflowError(
+        f"the {kind} noise for sensitivity {_shown(sensitivity)} at {budget} has a scale that "
+        f"overflows a float (largest {sys.float_info.max:.4g}); "
+        "narrow the bounds or raise the budget"
+    )
+
+
 def _check_dimension(dimension: int) -> None:
     if isinstance(dimension, bool) or not isinstance(dimension, int):
         raise TypeError(f"dimension must be an int, got {dimension!r}")
@@ -107,6 +131,8 @@ class LaplaceMechanism:
     (Dwork–McSherry–Nissim–Smith 2006, seed ``calibrating-noise-dmns06.txt``, Proposition
     "Non-interactive Output Perturbation"; here in its exact discrete form, CKS 2020).
     Noise is discrete Laplace on the grid g with scale (Δ₁ + d·g)/ε (see module docstring).
+    A scale past the largest float is refused here (:class:`NoiseScaleOverflowError`), from Δ₁
+    and ε alone, so planners that build their mechanisms never meet it at release.
     """
 
     l1_sensitivity: float
@@ -119,11 +145,18 @@ class LaplaceMechanism:
         delta = positive(self.l1_sensitivity, "l1_sensitivity", _PLAN_HINT)
         eps = positive(self.epsilon, "epsilon", _BUDGET_HINT)
         _check_dimension(self.dimension)
-        k = granularity_exponent(float(delta / eps))
-        g = Fraction(2) ** k
-        object.__setattr__(self, "_k", k)
-        # Discrete scale in grid units: (Δ₁ + d·g) / (ε·g).
-        object.__setattr__(self, "_grid_scale", (delta + self.dimension * g) / (eps * g))
+        # The effective scale b = (Δ₁ + d·g)/ε ≥ Δ₁/ε must be a finite float, checked here from
+        # Δ and ε alone. (Its std √2·b may still pass the float range: it is then stated as inf,
+        # a public fact; the release saturates, see _noisy.)
+        try:
+            k = granularity_exponent(_finite(delta / eps))
+            g = Fraction(2) ** k
+            object.__setattr__(self, "_k", k)
+            # Discrete scale in grid units: (Δ₁ + d·g) / (ε·g).
+            object.__setattr__(self, "_grid_scale", (delta + self.dimension * g) / (eps * g))
+            _finite(self.scale)
+        except OverflowError as e:
+            raise _overflow("Laplace", delta, f"ε = {float(eps):.4g}") from e
 
     @property
     def granularity(self) -> float:
@@ -157,6 +190,8 @@ class GaussianMechanism:
     Prop. 1.6; exact discrete form: Canonne–Kamath–Steinke 2020, Theorem 4). Convert to (ε, δ)
     with :mod:`.accounting`. Noise is discrete Gaussian on the grid g with σ² = (Δ₂ + ⌈√d⌉·g)²/(2ρ)
     (rounding moves each coordinate by < g more, so the L2 distance grows by at most √d·g).
+    A σ past the largest float is refused here (:class:`NoiseScaleOverflowError`), from Δ₂ and ρ
+    alone.
     """
 
     l2_sensitivity: float
@@ -169,11 +204,17 @@ class GaussianMechanism:
         delta = positive(self.l2_sensitivity, "l2_sensitivity", _PLAN_HINT)
         rho = positive(self.rho, "rho", _BUDGET_HINT)
         _check_dimension(self.dimension)
-        k = granularity_exponent(float(delta) / math.sqrt(2.0 * float(rho)))
-        g = Fraction(2) ** k
-        inflated = delta + _ceil_sqrt(self.dimension) * g
-        object.__setattr__(self, "_k", k)
-        object.__setattr__(self, "_grid_sigma2", inflated * inflated / (2 * rho * g * g))
+        # Δ/√(2ρ) is a float quotient: past the float range it is inf, not an error, and would
+        # give the grid 2^−40 and an OverflowError at release — so both numbers are checked here.
+        try:
+            k = granularity_exponent(_finite(_finite(delta) / math.sqrt(2.0 * float(rho))))
+            g = Fraction(2) ** k
+            inflated = delta + _ceil_sqrt(self.dimension) * g
+            object.__setattr__(self, "_k", k)
+            object.__setattr__(self, "_grid_sigma2", inflated * inflated / (2 * rho * g * g))
+            _finite(self.std)
+        except OverflowError as e:
+            raise _overflow("Gaussian", delta, f"ρ = {float(rho):.4g}") from e
 
     @property
     def granularity(self) -> float:

@@ -16,6 +16,15 @@ from fractions import Fraction
 Rational = int | Fraction | float
 
 
+class NoiseScaleOverflowError(OverflowError, ValueError):
+    """A mechanism's noise scale, or its standard deviation, passes the largest float.
+
+    Raised by the constructors of the additive mechanisms from public numbers only (sensitivity
+    and budget), so a planner that builds its mechanisms refuses the job before any data is read:
+    a release can never meet it on whichever candidate or rung the data select. An OverflowError
+    (the planners' guards catch that) and a ValueError (it is a bad parameter)."""
+
+
 def as_fraction(x: Rational, name: str) -> Fraction:
     """``x`` as an exact Fraction; refuses NaN, infinities and booleans, naming the parameter.
 
