@@ -47,7 +47,9 @@ from .publish import (
     Staging,
     file_sha256,
     probe_writable,
+    make_private_directory,
     remove_temporary_folders,
+    restrict_dead_letters,
     staging_parent,
 )
 from .release_graph import build_pipeline, default_shards, required_columns
@@ -277,6 +279,7 @@ def run_release(
     try:
         keys = _release_keys(job, reservation, release_key)
         staging = Staging.create(job.output.path)
+        make_private_directory(job.input.dead_letter)
     except BaseException:
         _refund(job, reservation)
         raise
@@ -292,6 +295,7 @@ def run_release(
     except BaseException as e:
         staging.discard()
         remove_temporary_folders(job.input.dead_letter)
+        restrict_dead_letters(job.input.dead_letter)
         charge = _refund(job, reservation)
         if not isinstance(e, Exception):
             raise  # KeyboardInterrupt and the like: cleaned up, then passed on
@@ -305,6 +309,7 @@ def run_release(
             charge=charge,
             release_id=rid,
         ) from e
+    restrict_dead_letters(job.input.dead_letter)
     report = _stage_report(c, staging, layout, job.output.format, progress)
     manifest = _manifest(c, layout, files, reservation, report)
     try:
