@@ -48,8 +48,8 @@ from .publish import (
     file_sha256,
     make_private_directory,
     probe_writable,
-    remove_temporary_folders,
     restrict_dead_letters,
+    settle_failed_dead_letters,
     staging_parent,
 )
 from .release_graph import build_pipeline, default_shards, required_columns
@@ -174,12 +174,15 @@ def _run_into_staging(
     noise: bool,
     num_shards: int | None,
 ) -> dict[str, list[dict[str, object]]]:
-    """Step 3: the pipeline writes every output into ``staging``; their sizes and hashes."""
+    """Step 3: the pipeline writes every output into ``staging``; their sizes and hashes.
+    Dead letters (raw rows) go to an owner-only directory and end owner-only (:mod:`.publish`)."""
+    make_private_directory(job.input.dead_letter)
     with beam.Pipeline(runner=c.runner, options=c.options) as pipeline:
         build_pipeline(
             pipeline, job, c.plan, c.schema, keys,
             out_dir=staging.path, noise=noise, num_shards=num_shards, files=layout,
         )  # fmt: skip
+    restrict_dead_letters(job.input.dead_letter)
     return staging.file_facts(layout)
 
 
@@ -279,7 +282,6 @@ def run_release(
     try:
         keys = _release_keys(job, reservation, release_key)
         staging = Staging.create(job.output.path)
-        make_private_directory(job.input.dead_letter)
     except BaseException:
         _refund(job, reservation)
         raise
@@ -294,8 +296,7 @@ def run_release(
             )
     except BaseException as e:
         staging.discard()
-        remove_temporary_folders(job.input.dead_letter)
-        restrict_dead_letters(job.input.dead_letter)
+        settle_failed_dead_letters(job.input.dead_letter)
         charge = _refund(job, reservation)
         if not isinstance(e, Exception):
             raise  # KeyboardInterrupt and the like: cleaned up, then passed on
@@ -309,7 +310,6 @@ def run_release(
             charge=charge,
             release_id=rid,
         ) from e
-    restrict_dead_letters(job.input.dead_letter)
     report = _stage_report(c, staging, layout, job.output.format, progress)
     manifest = _manifest(c, layout, files, reservation, report)
     try:

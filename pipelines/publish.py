@@ -219,6 +219,12 @@ def restrict_dead_letters(directory: str | None) -> None:
                 continue
 
 
+def settle_failed_dead_letters(directory: str | None) -> None:
+    """After a failed run: Beam's temporary folders deleted, the finished files owner-only."""
+    remove_temporary_folders(directory)
+    restrict_dead_letters(directory)
+
+
 def remove_temporary_folders(directory: str | None) -> None:
     """Deletes Beam's ``beam-temp-*`` folders (raw dead-letter rows of a failed write)."""
     if not directory:

@@ -44,8 +44,8 @@ def csv_job(root: Path, dead: Path) -> dict[str, object]:
                   "dead_letter": str(dead)},
         "budget": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"path": str(root / "release")},
-        "queries": [{"name": "n", "metric": "count", "by": ["domain"], "max_partitions_per_person": 1,
-                     "max_rows_per_partition": 1}],
+        "queries": [{"name": "n", "metric": "count", "by": ["domain"],
+                     "max_partitions_per_person": 1, "max_rows_per_partition": 1}],
     }  # fmt: skip
 
 
