@@ -149,7 +149,8 @@ class _ReleasePartition:
         mid = b.lower / 2 + b.upper / 2  # as bounding.py: (lower + upper)/2 can overflow
         mean = min(b.upper, max(b.lower, mid + centred / rows))
         # Delta method on the noisy values (post-processing): Var ≈ σ_s²/n² + (s/n²)²·σ_n².
-        std = math.hypot(p.noise.std / rows, centred / rows**2 * p.count_noise.std)
+        # s/n/n, not s/n²: n² overflows once the noisy count passes 1.3e154 (tiny budgets).
+        std = math.hypot(p.noise.std / rows, centred / rows / rows * p.count_noise.std)
         return mean, min(std, (b.upper - b.lower) / 2)
 
 

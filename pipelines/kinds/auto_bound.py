@@ -83,9 +83,16 @@ def _exponents(s: QuerySection, metric: str) -> tuple[int, int]:
 def _check_top_noise(top: float, epsilon: float | None, rho: float | None) -> None:
     """The largest candidate's noise must fit a float (every smaller one's then does): refused
     here, at planning, rather than when the private choice lands on it at release. Both
-    constructors refuse a scale or std past the float range (NoiseScaleOverflowError)."""
+    constructors refuse a scale past the float range (NoiseScaleOverflowError); the stated
+    std must fit too, or the output's stddev would be inf only when the data chose the top."""
     try:
-        LaplaceMechanism(top, epsilon) if epsilon is not None else GaussianMechanism(top, rho or 0)
+        m: LaplaceMechanism | GaussianMechanism = (
+            LaplaceMechanism(top, epsilon)
+            if epsilon is not None
+            else GaussianMechanism(top, rho or 0)
+        )
+        if not math.isfinite(m.std):  # Laplace's √2·b can pass the float range where b does not
+            raise NoiseScaleOverflowError(f"the noise's std for the bound {top:.3g} is inf")
     except NoiseScaleOverflowError as e:
         raise ValueError(
             f"the noise for the largest candidate bound {top:.3g} overflows a float; lower the "

@@ -102,3 +102,25 @@ def test_a_mean_whose_bounds_sum_past_the_float_range_is_still_the_mean(tmp_path
     result = run_release(cfg, release_key=ReleaseKey(bytes(32)), noise=False, num_shards=1)
     [row] = pq.read_table(result.outputs["m"]).to_pylist()
     assert row["value"] == pytest.approx(1e308, rel=1e-9)
+
+
+def test_a_mean_whose_noisy_row_count_is_huge_releases_instead_of_crashing(
+    tmp_path: Path,
+) -> None:
+    """ε = 1e-150: the row count's noise has scale ~1e150, and the mean's stated stddev squared
+    the noisy count — an OverflowError once it passed 1.34e154, i.e. for keys 0, 1 and 2 here
+    (a crash set by the noise draw). The stddev now divides twice instead of squaring."""
+    (tmp_path / "data").mkdir()
+    table = pa.table({"person_id": [f"p{i}" for i in range(10)], "v": [0.5] * 10})
+    pq.write_table(table, tmp_path / "data" / "d.parquet")
+    cfg = parse_job({
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": {"epsilon": 1e-150},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": [{"name": "m", "metric": "mean", "value": "v", "bounds": [0.0, 1.0],
+                     "max_partitions_per_person": 1, "max_rows_per_partition": 1}],
+    })  # fmt: skip
+    for seed in range(3):
+        result = run_release(cfg, release_key=ReleaseKey(bytes([seed]) * 32), num_shards=1)
+        [row] = pq.read_table(result.outputs["m"]).to_pylist()
+        assert 0.0 <= row["value"] <= 1.0 and 0.0 <= row["stddev"] <= 0.5

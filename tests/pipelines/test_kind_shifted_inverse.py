@@ -637,3 +637,17 @@ def test_under_rho_too_an_auto_bound_whose_top_noise_overflows_is_refused_at_pla
     ok = {**query, "bound_range": [1e260, 1e270]}
     [plan] = plan_release(parse_job(job(tmp_path, ok, rho=0.01))).queries
     assert isinstance(plan, AutoBoundPlan)
+
+
+def test_an_auto_bound_whose_top_noise_std_overflows_is_refused_at_planning(
+    tmp_path: Path,
+) -> None:
+    """ε = 0.8 (0.6 on the noise): the top candidate 2^1023's Laplace scale 1.5e308 fits a float,
+    its std √2·b does not — the released stddev was inf exactly when the data chose the top
+    candidate (a reviewer saw it with 300 persons at 8.98e307, not at 1e305)."""
+    query = {**AUTO, "metric": "sum", "value": "v", "bound_range": [8.8e304, 1.7e308]}
+    with pytest.raises(ConfigError, match=r"largest candidate bound .* overflows a float"):
+        plan_release(parse_job(job(tmp_path, query, epsilon=0.8)))
+    ok = {**query, "bound_range": [8.8e304, 5e307]}  # top 2^1022: std 1.06e308
+    [plan] = plan_release(parse_job(job(tmp_path, ok, epsilon=0.8))).queries
+    assert isinstance(plan, AutoBoundPlan)

@@ -116,7 +116,8 @@ def check_beta(beta: object) -> float:
     if not (math.isfinite(b) and b > 4 * math.log1p(ROUNDING_MARGIN)):
         raise ValueError(
             f"beta must be finite and > 4·ln(1 + 2^-20) ≈ 3.8e-6, got {beta!r}; it comes from "
-            "the noise's parameter rule (e.g. ε/(2(γ+1)) for Cauchy-type noise)"
+            "the noise's parameter rule (e.g. ε/(2(γ+1)) for Cauchy-type noise): raise the "
+            "query's budget"
         )
     return b
 

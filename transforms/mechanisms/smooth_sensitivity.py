@@ -47,6 +47,7 @@ from .heavy_tailed import (
 )
 from .quantile_sensitivity import (
     as_quantile,
+    check_beta,
     check_bounds,
     log_smooth_sensitivity,
     quantile_of_sorted,
@@ -297,6 +298,9 @@ class SmoothQuantile:
                 f"noise must be CauchyNoise, LaplaceNoise or LaplaceLogNormalNoise, got "
                 f"{type(noise).__name__}; build it with make_smooth_noise"
             )
+        # β comes from the budget alone: a budget too small for the smoothness the bound needs
+        # is refused here, when the query is planned, not on the first release (whatever the data)
+        check_beta(noise.beta)
         for name, v in (("q", as_quantile(q)), ("lower", lo), ("upper", hi), ("noise", noise)):
             object.__setattr__(self, name, v)
 
