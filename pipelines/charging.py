@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
 from .config import JobConfig, LedgerConfig
+from .config_fields import ConfigError
 from .ledger import (
     POSTGRES_SCHEMES,
     AccountStatus,
     Cost,
+    LedgerError,
     Quote,
     Reservation,
     input_fingerprint,
@@ -36,7 +38,13 @@ from .plan import ReleasePlan
 def release_periods(cfg: LedgerConfig, files: Sequence[str]) -> tuple[str, ...]:
     """The data periods the release reads: as listed, or derived from every input path."""
     if cfg.period_rule is not None:
-        return periods_from_paths(files, cfg.period_rule)
+        try:
+            return periods_from_paths(files, cfg.period_rule)
+        except LedgerError as e:  # a job or input mistake (exit 2), not a ledger refusal (3)
+            raise ConfigError(
+                "ledger.period_rule", cfg.period_rule, "a rule that every input path matches",
+                f"{e}; name each input file by its period, e.g. logs/week=2025-W03/part-0.parquet",
+            ) from None  # fmt: skip
     return cfg.periods
 
 

@@ -277,6 +277,9 @@ def _keygen(args: argparse.Namespace) -> int:
     import secrets  # noqa: PLC0415
 
     try:
+        parent = os.path.dirname(args.path)
+        if parent and not os.path.isdir(parent):  # e.g. keys/ beside the job file: owner-only
+            os.makedirs(parent, mode=0o700)
         fd = os.open(args.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         print(f"userdp keygen: cannot create {args.path} ({e.strerror})", file=sys.stderr)

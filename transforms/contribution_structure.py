@@ -16,8 +16,8 @@ Applied to a release's persons (``release.ByPerson(...)``'s output), for one set
    (:mod:`.mechanisms.contribution_histogram`) and Laplace(1/ε_k) on the count of picks.
 
 Guarantee: pure (ε_h + ε_k)-DP for adding or removing one person (basic composition of two
-Laplace mechanisms on L1 sensitivity 1, ``../shared/seeds``); the share is booked with the release
-when the transform is applied, like any metric's. Output: one dict
+Laplace mechanisms on L1 sensitivity 1, seed ``calibrating-noise-dmns06.txt``); the share is
+booked with the release when the transform is applied, like any metric's. Output: one dict
 ``{"histogram": [[float]], "partitions": float | None}`` — DP values only.
 
 ``ValueStructure`` measures one value column the same way: per shard, each person's values

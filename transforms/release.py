@@ -194,8 +194,7 @@ class Release:
             split_budget(total, shares)
         except BudgetExceededError as e:
             raise ReleaseError(
-                f"the release's budget {total} is exhausted: shares {{{listed}}} ({e}); lower a "
-                "share or raise the total"
+                f"the release's budget {total} is exhausted by the shares {{{listed}}}: {e}"
             ) from None
         if isinstance(total, ZCDP):
             deltas = sum((r.selection_delta for r in self._state.queries.values()), selection_delta)

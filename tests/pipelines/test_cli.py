@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,12 @@ def test_console_module_runs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "spent (ε=1, δ=1e-06)" in proc.stdout
+
+
+def test_keygen_creates_a_missing_folder_owner_only(tmp_path: Path) -> None:
+    """The README's `userdp keygen keys/release.key` failed when keys/ did not exist."""
+    key = tmp_path / "keys" / "release.key"
+    assert main(["keygen", str(key)]) == 0
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 32
+    assert main(["keygen", str(key)]) == 2  # never overwritten

@@ -147,3 +147,15 @@ def test_run_release_id_without_a_ledger_is_a_config_error(
     )
     assert main(["run", "--release-id", "r1", str(job)]) == 2
     assert "--release-id = 'r1': expected a job file with a [ledger]" in capsys.readouterr().err
+
+
+def test_an_input_path_without_its_period_is_a_job_error_exit_2(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rule names months, the paths weeks: a job or input mistake (exit 2, naming the key),
+    not a ledger refusal (exit 3, which the exit-code table keeps for caps and re-runs)."""
+    job = write_job(weekly, WEEKS[0], "no-period")
+    job.write_text(job.read_text().replace("week=(?P<period>", "month=(?P<period>"))
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "ledger.period_rule = 'month=" in err and "does not match the period rule" in err

@@ -163,7 +163,11 @@ def test_a_name_reused_in_one_release() -> None:
 def test_the_budget_exhausted_names_every_transform_and_its_share() -> None:
     release = exact_release(epsilon=1)
     with (
-        pytest.raises(dp.ReleaseError, match=r"exhausted: shares \{visits: .*0\.5.*more: .*0\.75"),
+        pytest.raises(
+            dp.ReleaseError,
+            match=r"exhausted by the shares \{visits: .*0\.5.*more: .*0\.75.*\}: plan spends "
+            r"[^;]*; reduce the explicit shares or raise the total$",  # the hint said once
+        ),
         beam.Pipeline() as p,
     ):
         people = by_person(p | beam.Create(ROWS), release)

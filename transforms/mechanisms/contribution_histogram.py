@@ -18,9 +18,9 @@ tuner usually draws: persons by P (row sums) and rows per (person, partition) we
 Guarantee: pure ε-DP for adding or removing all rows of one person. A person's contribution has L1
 norm exactly 1 (P weights of 1/P, all non-negative), so the exact histogram has L1 sensitivity 1
 and Laplace noise of scale 1/ε on every cell of the fixed grid is the Laplace mechanism on global
-sensitivity (Dwork, McSherry, Nissim & Smith 2006; ``../shared/seeds``), each draw from the secure
-sampler of :mod:`.additive`. Counting each (person, partition) pair once instead would let one
-person move the histogram by P: the negative control of
+sensitivity (Dwork, McSherry, Nissim & Smith 2006; seed ``calibrating-noise-dmns06.txt``),
+each draw from the secure sampler of :mod:`.additive`. Counting each (person, partition) pair
+once instead would let one person move the histogram by P: the negative control of
 ``tests/audit/test_audit_contribution_histogram.py``. The cells are public (the grid), so which
 cells exist reveals nothing.
 

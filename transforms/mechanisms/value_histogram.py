@@ -8,10 +8,10 @@ the clamped mean m(lo, hi) = E[clamp(x, lo, hi)] to model the bias of a sum's or
 
 Guarantee: pure ε-DP for adding or removing all rows of one person. A person's contribution has
 L1 norm exactly 1 (n weights of 1/n), so Laplace(1/ε) on every bucket of the fixed grid is the
-Laplace mechanism on global sensitivity (``../shared/seeds``; brute force and audit:
-``tests/mechanisms/test_value_histogram.py``). Counting rows instead of weighing them would let
-one person move it by n. As in :mod:`.contribution_histogram`, the Beam side counts values per
-(n, bucket) as integers and :meth:`ValueHistogram.from_counts` divides in a fixed order.
+Laplace mechanism on global sensitivity (seed ``calibrating-noise-dmns06.txt``; brute force and
+audit: ``tests/mechanisms/test_value_histogram.py``). Counting rows instead of weighing them
+would let one person move it by n. As in :mod:`.contribution_histogram`, the Beam side counts
+values per (n, bucket) as integers and :meth:`ValueHistogram.from_counts` divides in a fixed order.
 """
 
 from __future__ import annotations
