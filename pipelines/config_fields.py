@@ -7,6 +7,7 @@ every error in a job file reads the same way.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from fractions import Fraction
@@ -60,10 +61,22 @@ def is_num(x: object) -> bool:
     return isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
 
 
+class _Table:
+    """How a whole TOML table is shown in an error: by its keys, not as a Python dict."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+    def __repr__(self) -> str:
+        return f"a table with keys {', '.join(self.keys)}" if self.keys else "an empty table"
+
+
 def shown(x: Any) -> Any:
-    """Values as written: exact Fractions back to the floats they came from."""
+    """Values as written: exact Fractions back to the floats they came from; a table by its keys."""
     if isinstance(x, list):
         return [shown(e) for e in x]
+    if isinstance(x, Mapping):
+        return _Table([str(k) for k in x])
     return float(x) if isinstance(x, Fraction) else x
 
 
@@ -77,11 +90,12 @@ class Validator:
     def keys(self, table: Mapping[str, Any], prefix: str, allowed: tuple[str, ...]) -> None:
         for key in table:
             if key not in allowed:
+                near = difflib.get_close_matches(str(key), allowed, n=1)
                 self.fail(
                     f"{prefix}{key}",
                     table[key],
                     f"one of the keys {', '.join(allowed)}",
-                    "unknown key (a typo?)",
+                    f"unknown key (did you mean {near[0]!r}?)" if near else "unknown key (a typo?)",
                 )
 
     def table(self, raw: Mapping[str, Any], key: str, *, required: bool) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ Column types are compared by family (integer, float, string, bool): ``int32`` in
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -186,21 +187,40 @@ def _metadata_families(
         with FileSystems.open(path) as f:
             schema = pq.read_schema(f)
         _duplicated(schema.names, names, path)
-        return {n: arrow_family(schema.field(n).type) for n in names if n in schema.names}
+        _all_present(schema.names, names, path)
+        return {n: arrow_family(schema.field(n).type) for n in names}
     if fmt == "avro":
         with FileSystems.open(path) as f:
             writer_schema: Any = fastavro.reader(f).writer_schema
         fields = [fd["name"] for fd in writer_schema.get("fields", [])]
         _duplicated(fields, names, path)
+        _all_present(fields, names, path)
         found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
-        return {n: (found[n][0] if found[n] else "null") for n in names if n in found}
+        return {n: (found[n][0] if found[n] else "null") for n in names}
     if fmt == "csv":
         header = csv_header(path, compression)
         if header is None:
             return None  # a file with no bytes has no rows
         _duplicated(header, names, path)
-        return {n: "declared" for n in names if n in header}
+        _all_present(header, names, path)
+        return {n: "declared" for n in names}
     return None
+
+
+def _all_present(present: list[str], names: list[str], path: str) -> None:
+    """A column the job file names but the file lacks: refused naming the file's own columns
+    (schema metadata, never values), at most 30 of them, and the closest spelling."""
+    missing = [n for n in names if n not in present]
+    if not missing:
+        return
+    shown = ", ".join(map(repr, present[:30])) + (
+        f" … ({len(present)} in all)" * (len(present) > 30)
+    )
+    near = difflib.get_close_matches(missing[0], present, n=1)
+    raise SchemaError(
+        f"input file {path}: column {missing[0]!r} (named in the job file) is missing; the file's "
+        f"columns are {shown or '(none)'}" + (f" — did you mean {near[0]!r}?" if near else "")
+    )
 
 
 def _check(path: str, column: str, kind: str, family: str) -> None:

@@ -45,6 +45,10 @@ METRIC_KINDS: dict[str, str] = {
 }
 
 
+# Known only to be refused with the reason; not offered in the list of metrics an error shows.
+REFUSED_METRICS = ("trimmed_mean",)
+
+
 def kind_for(metric: str) -> QueryKind:
     """The kind that handles ``metric`` (a KeyError for an unknown metric)."""
     module = importlib.import_module(METRIC_KINDS[metric])

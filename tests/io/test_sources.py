@@ -91,8 +91,13 @@ def test_unknown_format_and_kinds(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["parquet", "avro", "csv"])
 def test_missing_column(tmp_path: Path, fmt: str) -> None:
-    write_rows(tmp_path / f"x.{fmt}", [{"person_id": 1, "domain": "a"}], fmt)
-    with pytest.raises(SchemaError, match=r"x\.\w+: column 'duration_s' \(number\) is missing"):
+    """The message names the file's own columns (schema metadata) and the closest spelling."""
+    write_rows(tmp_path / f"x.{fmt}", [{"person_id": 1, "domain": "a", "duration": 2.0}], fmt)
+    with pytest.raises(
+        SchemaError,
+        match=r"x\.\w+: column 'duration_s' \(named in the job file\) is missing; the file's "
+        r"columns are 'person_id', 'domain', 'duration' — did you mean 'duration'\?",
+    ):
         inspect_inputs(str(tmp_path / f"x.{fmt}"), fmt, COLUMNS)
 
 

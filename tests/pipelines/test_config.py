@@ -117,7 +117,12 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"input\.person_typ = 'int': expected one of the keys path, format, person, person_t",
         ),
         (job(input={"path": "a.csv", "person": "p", "person_type": "float"}), r"string, int"),
-        (job(budgett={}), r"budgett.*expected one of the keys input, budget"),
+        (job(budgett={}), r"budgett = an empty table: expected one of the keys input, budget"),
+        (
+            job(budgets={"epsilon": 1.0, "delta": 1e-6}),  # a table by its keys, not a Python dict
+            r"budgets = a table with keys epsilon, delta: .*unknown key \(did you mean 'budget'",
+        ),
+        (query(0, max_row_per_partition=3), r"did you mean 'max_rows_per_partition'\?"),
         (job(budget={}), r"budget\.epsilon = \(missing\)"),
         (job(budget={"epsilon": 1.0, "rho": 0.5}), r"budget = .*epsilon \(\+ delta\) or rho"),
         (job(budget={"epsilon": "1"}), r"budget\.epsilon = '1': expected a finite number > 0"),
@@ -133,9 +138,10 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(output={"path": "r/", "format": "xml"}), r"output\.format = 'xml'"),
         (job(queries=[]), r"queries = \[\]: expected one or more"),
         (
-            query(1, metric="mode"),
-            r"queries\[1\]\.metric = 'mode': expected one of count, pers",
+            query(1, metric="mode"),  # trimmed_mean is known only to be refused: not offered
+            r"queries\[1\]\.metric = 'mode': expected one of count, pers.*top_partition, sample_a",
         ),
+        (query(1, metric=["count"]), r"queries\[1\]\.metric = \['count'\]: expected one of"),
         (query(0, name="a/b"), r"queries\[0\]\.name = 'a/b'"),
         (query(0, name="manifest"), r"queries\[0\]\.name = 'manifest'"),
         (query(0, colour="red"), r"queries\[0\]\.colour.*unknown key"),
