@@ -29,7 +29,7 @@ into the clean tables of ``docs/release-job-contracts.md`` section 3.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from userdp.transforms.validate import FILE_METADATA_KEY, REJECT_COLUMN
+from userdp.transforms.validate import FILE_METADATA_KEY, RAW_LINE_COLUMN, REJECT_COLUMN
 
 from .compression import open_input
 from .input_files import (
@@ -181,8 +181,13 @@ def _bytes_to_text(table: pa.Table, escaped: bool) -> pa.Table:
     return out
 
 
-def records_to_table(records: list[Any], schema: InputSchema) -> pa.Table:
+def records_to_table(
+    records: list[Any], schema: InputSchema, lines: Sequence[bytes] | None = None
+) -> pa.Table:
     """Slow path: Python records (JSON/Avro) → a text raw table with a ``__reject__`` column.
+
+    ``lines``: the JSON lines the records came from; a malformed one's text goes with its dead
+    letter (``__raw_line__``), invalid UTF-8 shown as ``\\xNN``.
 
     A value whose JSON/Avro type is not the column's declared type is never coerced: the row gets
     a reject reason and its raw text (``json.dumps`` for non-strings, so ``1`` and ``"1"`` stay
@@ -220,13 +225,22 @@ def records_to_table(records: list[Any], schema: InputSchema) -> pa.Table:
         rejects.append(reason)
     arrays = {c: pa.array(v, type=pa.string()) for c, v in cols.items()}
     arrays[REJECT_COLUMN] = pa.array(rejects, type=pa.string())
+    if lines is not None and any(not isinstance(r, dict) for r in records):
+        texts = [
+            None if isinstance(r, dict) else x.decode("utf-8", "backslashreplace")
+            for r, x in zip(records, lines, strict=True)
+        ]
+        arrays[RAW_LINE_COLUMN] = pa.array(texts, type=pa.string())
     return pa.table(arrays)
 
 
-def _malformed(n: int, names: list[str]) -> pa.Table:
-    """``n`` malformed records: their fields are unknown, so all null, one dead letter each."""
+def _malformed(lines: list[str | None], names: list[str]) -> pa.Table:
+    """One malformed record per line: its fields are unknown, so all null, and the line's own
+    text (None for a line too long to hold) goes with its dead letter, for the operator only."""
+    n = len(lines)
     rows = {c: pa.nulls(n, pa.string()) for c in names}
-    return pa.table({**rows, REJECT_COLUMN: pa.array(["malformed record"] * n, pa.string())})
+    reject = pa.array(["malformed record"] * n, pa.string())
+    return pa.table({**rows, REJECT_COLUMN: reject, RAW_LINE_COLUMN: pa.array(lines, pa.string())})
 
 
 class _ReadFile(beam.DoFn):
@@ -265,16 +279,19 @@ class _ReadFile(beam.DoFn):
             for table in tables:
                 raw = table.rename_columns([rename[c] for c in table.column_names])
                 yield _bytes_to_text(raw.select(names), escaped)
-            if malformed + overlong:
-                yield _malformed(malformed + overlong, names)
+            if malformed or overlong:
+                texts = [unescape_utf8(x)[0] if escaped else x for x in malformed]
+                yield _malformed([*texts, *[None] * overlong], names)
 
     def _jsonl(self, f: Any, path: str) -> Iterator[pa.Table]:
         names = list(self._schema.columns)
-        parser = JsonLines(self._schema.arrow_schema(), lambda r: records_to_table(r, self._schema))
+        parser = JsonLines(
+            self._schema.arrow_schema(), lambda r, x: records_to_table(r, self._schema, x)
+        )
         for lines, overlong in line_chunks(f):
             yield from parser.parse(lines)
             if overlong:
-                yield _malformed(overlong, names)
+                yield _malformed([None] * overlong, names)
 
     def _avro(self, f: Any, path: str) -> Iterator[pa.Table]:
         # surrogateescape: a string that is not UTF-8 decodes with lone surrogates, which

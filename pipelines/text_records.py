@@ -153,12 +153,11 @@ class CsvLines:
             null_values=[""],  # only an empty field is null; "NA" or "nan" stay text
         )
 
-    def _parse(self, group: Sequence[bytes]) -> tuple[pa.Table, int] | None:
-        malformed = 0
+    def _parse(self, group: Sequence[bytes]) -> tuple[pa.Table, list[str]] | None:
+        malformed: list[str] = []
 
         def skip(row: Any) -> str:
-            nonlocal malformed
-            malformed += 1
+            malformed.append(row.text)  # one whole line: the count check below ensures it
             return "skip"
 
         data = b"\n".join(group) + b"\n"
@@ -174,23 +173,24 @@ class CsvLines:
             )
         except (pa.ArrowInvalid, ValueError):  # the message may quote the row: never shown
             return None
-        return (table, malformed) if table.num_rows + malformed == len(group) else None
+        return (table, malformed) if table.num_rows + len(malformed) == len(group) else None
 
-    def _single(self, group: Sequence[bytes]) -> list[tuple[pa.Table, int]]:
+    def _single(self, group: Sequence[bytes]) -> list[tuple[pa.Table, list[str]]]:
         """A line that fails alone (or is joined to nothing) is one malformed record."""
-        return [(self._empty(), len(group))]
+        return [(self._empty(), [line.decode("utf-8") for line in group])]  # escaped: valid
 
     def _empty(self) -> pa.Table:
         names = self._convert.include_columns
         return pa.table({n: pa.array([], pa.binary()) for n in names})
 
-    def parse(self, lines: Sequence[bytes]) -> tuple[list[pa.Table], int]:
-        """(tables of the readable lines' byte columns, number of malformed lines)."""
+    def parse(self, lines: Sequence[bytes]) -> tuple[list[pa.Table], list[str]]:
+        """(tables of the readable lines' byte columns, the malformed lines' text, escaped as
+        the input was: :func:`unescape_utf8` shows invalid bytes as ``\\xNN``)."""
         # pyarrow drops a byte-order mark only at the start of its input: drop it from every line
         # so that a line reads the same wherever it stands
         lines = [x.removeprefix(_UTF8_BOM) for x in lines]
         parts = bisect_groups(lines, self._parse, self._single, leaf_size=1)
-        return [t for t, _ in parts if t.num_rows], sum(m for _, m in parts)
+        return [t for t, _ in parts if t.num_rows], [line for _, m in parts for line in m]
 
 
 # --- JSON Lines -------------------------------------------------------------------------------
@@ -203,7 +203,9 @@ def is_blank_json(line: bytes) -> bool:
 class JsonLines:
     """Parses JSON lines against ``schema`` (the declared column types)."""
 
-    def __init__(self, schema: pa.Schema, python_rows: Callable[[list[Any]], pa.Table]) -> None:
+    def __init__(
+        self, schema: pa.Schema, python_rows: Callable[[list[Any], Sequence[bytes]], pa.Table]
+    ) -> None:
         self._options = pjson.ParseOptions(
             explicit_schema=schema, unexpected_field_behavior="ignore"
         )
@@ -222,7 +224,7 @@ class JsonLines:
         return table.select(self._names) if table.num_rows == len(group) else None
 
     def _python(self, group: Sequence[bytes]) -> list[pa.Table]:
-        return [self._python_rows([loads_record(line) for line in group])]
+        return [self._python_rows([loads_record(line) for line in group], group)]
 
     def parse(self, lines: Sequence[bytes]) -> list[pa.Table]:
         # A leading byte-order mark is dropped from every line, so both parsers see the same text.

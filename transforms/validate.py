@@ -7,7 +7,10 @@ source file in the schema metadata. Output (``docs/release-job-contracts.md`` se
 - ``clean``: ``pa.Table`` with ``__person__`` (``pa.string()``), the key columns in their declared
   type and the number columns as ``float64``; no nulls, no NaN; ±inf kept (clamped later).
 - ``dead_letter``: dicts ``{"reason": str, "file": str, "row": {column: raw value as str or
-  None}}``. These are raw private data for the operator only; never write them near the release.
+  None}}``, and ``"line": str`` for a malformed CSV/JSONL line (its fields are unknown, so the
+  row is all null: the line's text is what the operator can fix; invalid bytes as ``\\xNN``;
+  absent for a line too long to hold). These are raw private data for the operator only; never
+  write them near the release.
 
 Person-id rule (the canonical person is a string):
 
@@ -42,6 +45,7 @@ CLEAN = "clean"
 DEAD_LETTER = "dead_letter"
 FILE_METADATA_KEY = b"userdp.file"
 REJECT_COLUMN = "__reject__"
+RAW_LINE_COLUMN = "__raw_line__"  # a malformed text line, for its dead letter only
 
 INT_TEXT = r"^[+-]?[0-9]{1,19}$"
 FLOAT_TEXT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)$"
@@ -176,19 +180,26 @@ def _dead_letters(
     meta = table.schema.metadata or {}
     file = meta.get(FILE_METADATA_KEY, b"").decode()
     index = np.flatnonzero(bad)
-    raw = table.drop_columns([c for c in table.column_names if c == REJECT_COLUMN]).take(index)
+    marks = (REJECT_COLUMN, RAW_LINE_COLUMN)
+    raw = table.drop_columns([c for c in table.column_names if c in marks]).take(index)
     columns = {c: pc.cast(raw.column(c), pa.string()).to_pylist() for c in raw.column_names}
+    lines: list[str | None] = [None] * len(index)
+    if RAW_LINE_COLUMN in table.column_names:
+        lines = table.column(RAW_LINE_COLUMN).take(index).to_pylist()
     labels = np.empty(len(table), dtype=object)
     for mask, reason in reversed(reasons):  # first listed reason wins
         labels[mask] = reason
-    return [
-        {
+    out = []
+    for j, i in enumerate(index):
+        letter: dict[str, Any] = {
             "reason": str(labels[i]),
             "file": file,
             "row": {c: values[j] for c, values in columns.items()},
         }
-        for j, i in enumerate(index)
-    ]
+        if lines[j] is not None:
+            letter["line"] = lines[j]
+        out.append(letter)
+    return out
 
 
 class ValidateRows(beam.PTransform[Any, Any]):

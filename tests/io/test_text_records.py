@@ -46,7 +46,7 @@ def _csv_rows(lines: list[bytes], chunk: int = 1 << 20) -> tuple[list[tuple[str,
     for chunk_lines, overlong in line_chunks(io.BytesIO(b"\n".join(lines) + b"\n"), chunk):
         data, escaped = escape_utf8(b"\n".join(chunk_lines))
         tables, bad = parser.parse(data.split(b"\n") if chunk_lines else [])
-        malformed += bad + overlong
+        malformed += len(bad) + overlong
         for t in tables:
             for r in t.to_pylist():
                 values = [None if r[c] is None else r[c].decode() for c in ("f0", "f1", "f2")]
@@ -128,7 +128,7 @@ HOSTILE_JSON = [
 
 
 def _json_rows(lines: list[bytes]) -> list[dict[str, object]]:
-    parser = JsonLines(JSON_SCHEMA.arrow_schema(), lambda r: records_to_table(r, JSON_SCHEMA))
+    parser = JsonLines(JSON_SCHEMA.arrow_schema(), lambda r, x: records_to_table(r, JSON_SCHEMA, x))
     out = []
     for t in parser.parse(lines):
         for r in t.to_pylist():
@@ -140,7 +140,8 @@ def _json_rows(lines: list[bytes]) -> list[dict[str, object]]:
 
 def _canon(rows: list[dict[str, object]]) -> list[str]:
     def one(r: dict[str, object]) -> str:
-        r = {k: v for k, v in r.items() if not (k == "__reject__" and v is None)}
+        marks = ("__reject__", "__raw_line__")  # a null mark is no mark
+        r = {k: v for k, v in r.items() if not (k in marks and v is None)}
         v = r.get("v")
         number = float(str(v)) if v is not None and r.get("__reject__") is None else v
         return json.dumps({**r, "v": repr(number)}, sort_keys=True)
@@ -171,6 +172,24 @@ def test_csv_through_the_pipeline_keeps_every_other_row(tmp_path: Path) -> None:
     clean, dead = run_read_validate(schema, str(tmp_path / "run"))
     assert clean.num_rows == 40_000
     assert sorted(d["reason"] for d in dead) == ["malformed record", "malformed record"]
+    # the row of a malformed line is all null: its text is what the operator can act on
+    assert sorted(d["line"] for d in dead) == ["7,caf\\xe9SECRET-ROW", '8,"open quote,1']
+    assert all(set(d["row"].values()) == {None} for d in dead)
+
+
+def test_a_malformed_json_line_keeps_its_text_in_its_dead_letter(tmp_path: Path) -> None:
+    from userdp.pipelines.input_files import inspect_inputs  # noqa: PLC0415
+
+    body = [b'{"p": "1", "k": "a", "v": 1}', b'{"p": "2", "k": "a"', b"[1, 2]", b'{"p": "\xff"}']
+    (tmp_path / "x.jsonl").write_bytes(b"\n".join(body) + b"\n")
+    schema = inspect_inputs(str(tmp_path / "x.jsonl"), "jsonl", {"p": "person", "k": "key"})
+    clean, dead = run_read_validate(schema, str(tmp_path / "run"))
+    assert clean.num_rows == 1
+    assert sorted(d.get("line", "") for d in dead) == [
+        "[1, 2]",
+        '{"p": "2", "k": "a"',
+        '{"p": "\\xff"}',
+    ]
 
 
 @pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n", b"\r"])
