@@ -21,16 +21,30 @@ operator-only log file (:mod:`.private_log`) whose path is printed.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ConfigError, load_job
-from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger
-from .plan import plan_release
-from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner
-from .tune_cli import TUNE_HELP, add_tune_arguments, run_tune_command
+
+class _BeamImportNotice(logging.Filter):
+    """Beam logs "apitools not found, …" on the root logger whenever it is imported without its
+    Google Cloud client libraries, which userdp does not need unless a job uses BigQuery: a line
+    of noise on every command. Only that record is dropped, and only in the command line (before
+    the imports below load Beam); a library user's logging is left as they set it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("apitools not found")
+
+
+logging.getLogger().addFilter(_BeamImportNotice())
+
+from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
+from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
+from .plan import plan_release  # noqa: E402
+from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
+from .tune_cli import TUNE_HELP, add_tune_arguments, run_tune_command  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ def parse_job(
             v.fail(
                 "input.format",
                 MISSING,
-                f"one of {INPUT_FORMATS}",
+                f"one of {', '.join(INPUT_FORMATS)}",
                 f'cannot infer it from the path {in_path!r}; give format = "..."',
             )
     person_type = v.choice(inp, "input.person_type", PERSON_TYPES, default=None)

@@ -128,3 +128,12 @@ class JobConfig:
     source: str = ""
     ledger: LedgerConfig | None = None
     release: ReleaseConfig = field(default_factory=ReleaseConfig)
+
+    def worker_paths(self) -> dict[str, str | None]:
+        """Job-file key → every path the pipeline's workers read or write (runners check them)."""
+        return {
+            "input.path": self.input.path,
+            "output.path": self.output.path,
+            "input.dead_letter": self.input.dead_letter,
+            "release.secret_path": self.release.secret_path,
+        }

@@ -99,7 +99,7 @@ def read_table(path: str) -> pa.Table:
 
 def print_release_table(name: str, table: pa.Table, out: TextIO) -> None:
     """The released rows, largest values first, with the noise's standard deviation beside."""
-    out.write(f"\n{name} ({table.num_rows} released rows)\n")
+    out.write(f"\n{name} ({table.num_rows} released row{'s' * (table.num_rows != 1)})\n")
     rows = sorted(table.to_pylist(), key=lambda r: -float(r["value"]))
     keys = [c for c in table.column_names if c not in ("value", "stddev")]
     width = max([len(" / ".join(keys)), *(len(_key(r, keys)) for r in rows)], default=10)

@@ -113,15 +113,7 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
     runner, options = pipeline_options(
         job.runner.name, job.runner.options, beam_args, base_dir=base_dir
     )
-    check_worker_paths(
-        job.runner.name,
-        {
-            "input.path": job.input.path,
-            "output.path": job.output.path,
-            "input.dead_letter": job.input.dead_letter,
-            "release.secret_path": job.release.secret_path,
-        },
-    )
+    check_worker_paths(job.runner.name, job.worker_paths())
     schema = inspect_inputs(
         job.input.path,
         job.input.format,

@@ -58,11 +58,13 @@ def print_ledger_quote(job: JobConfig, plan: ReleasePlan, out: TextIO) -> None:
 
 
 def print_runner(job: JobConfig, beam_args: Sequence[str], out: TextIO) -> None:
-    """The runner and its resolved Beam options (job file, then command-line flags)."""
-    from .runners import resolved_options  # noqa: PLC0415
+    """The runner and its resolved Beam options (job file, then command-line flags). Paths the
+    runner's workers cannot reach are refused here too, as `userdp run` refuses them."""
+    from .runners import check_worker_paths, resolved_options  # noqa: PLC0415
 
     base_dir = Path(job.source).parent if job.source else None
     resolved = resolved_options(job.runner.name, job.runner.options, beam_args, base_dir=base_dir)
+    check_worker_paths(job.runner.name, job.worker_paths())
     out.write(f"\nrunner {job.runner.name}:\n")
     for key, value in resolved.items():
         out.write(f"  {key} = {value!r}\n")

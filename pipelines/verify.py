@@ -11,6 +11,7 @@ Nothing here reads a value: sizes and hashes of DP outputs only.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
@@ -45,6 +46,8 @@ def _present(directory: str, outputs: dict[str, str]) -> set[str]:
 def verify_release(directory: str) -> list[str]:
     """The reasons ``directory`` is not a complete release; an empty list when it is."""
     manifest_path = FileSystems.join(directory, MANIFEST)
+    if "://" not in directory and not os.path.isdir(directory):
+        return [f"{directory} is not a directory: give a release directory (the job's output.path)"]
     if not FileSystems.exists(manifest_path):
         return [f"no {MANIFEST}: not a complete release (a run was interrupted, failed or runs)"]
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import stat
 import subprocess
@@ -64,7 +65,8 @@ def test_demo_generates_runs_and_prints_each_table_with_its_stddev(
     assert manifest["spent"] == manifest["total"]
     for name, file in manifest["outputs"].items():
         table = pq.read_table(tmp_path / "release" / file)
-        assert f"{name} ({table.num_rows} released rows)" in out
+        rows = f"{table.num_rows} released row" + "s" * (table.num_rows != 1)
+        assert f"{name} ({rows})" in out
         values = table.column("value").to_pylist()
         assert all(math.isfinite(v) for v in values)
         if values:  # the largest released value is printed beside its stddev
@@ -102,6 +104,15 @@ def test_console_module_runs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "spent (ε=1, δ=1e-06)" in proc.stdout
+    assert "apitools" not in proc.stderr  # Beam's import notice, on every command before
+
+
+def test_only_beams_import_notice_is_filtered_from_the_root_logger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logging.getLogger().warning("apitools not found, and bigquery client libraries are not …")
+    logging.getLogger().warning("a warning the operator should see")
+    assert [r.getMessage() for r in caplog.records] == ["a warning the operator should see"]
 
 
 def test_keygen_creates_a_missing_folder_owner_only(tmp_path: Path) -> None:

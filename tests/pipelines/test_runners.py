@@ -344,3 +344,27 @@ def test_dataflow_refuses_launcher_local_data_paths() -> None:
     check_worker_paths("dataflow", {**paths, "output.path": "gs://b/release/", "dead": None})
     for name in ("direct", "portable", "flink"):  # local or shared mounts: not checkable here
         check_worker_paths(name, paths)
+
+
+def test_userdp_plan_refuses_local_paths_for_dataflow_as_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`userdp plan` printed the Dataflow options of a job reading logs/*.parquet from the
+    launcher's disk; only `userdp run` refused it. Both refuse it now, naming the key."""
+    from userdp.pipelines.cli import main  # noqa: PLC0415
+
+    options = ", ".join(f"{k} = {json.dumps(v)}" for k, v in DATAFLOW.items())
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[input]\npath = "logs/*.parquet"\nperson = "person_id"\n\n[budget]\nepsilon = 1.0\n\n'
+        '[output]\npath = "gs://userdp-test-bucket/release/"\n\n'
+        f'[runner]\nname = "dataflow"\noptions = {{ {options} }}\n\n'
+        '[[queries]]\nname = "n"\nmetric = "count"\nmax_rows_per_partition = 1\n'
+    )
+    assert main(["plan", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "input.path = '" in err and "logs/*.parquet': expected a path Dataflow workers" in err
+    job.write_text(
+        job.read_text().replace('"logs/*.parquet"', '"gs://userdp-test-bucket/l/*.parquet"')
+    )
+    assert main(["plan", str(job)]) == 0

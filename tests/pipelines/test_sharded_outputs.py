@@ -153,6 +153,9 @@ def test_userdp_verify_tells_complete_from_incomplete(data: Path, tmp_path: Path
     ]
     (out / "manifest.json").unlink()
     assert verify_release(str(out))[0].startswith("no manifest.json: not a complete release")
+    assert verify_release(str(tmp_path / "typo")) == [
+        f"{tmp_path / 'typo'} is not a directory: give a release directory (the job's output.path)"
+    ]
 
 
 # A child process that runs the release and is killed — os._exit, like SIGKILL: no cleanup, no
