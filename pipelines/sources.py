@@ -182,12 +182,20 @@ def _bytes_to_text(table: pa.Table, escaped: bool) -> pa.Table:
 
 
 def records_to_table(
-    records: list[Any], schema: InputSchema, lines: Sequence[bytes] | None = None
+    records: list[Any],
+    schema: InputSchema,
+    lines: Sequence[bytes] | None = None,
+    *,
+    absent_is_named: bool = False,
 ) -> pa.Table:
     """Slow path: Python records (JSON/Avro) → a text raw table with a ``__reject__`` column.
 
     ``lines``: the JSON lines the records came from; a malformed one's text goes with its dead
-    letter (``__raw_line__``), invalid UTF-8 shown as ``\\xNN``.
+    letter (``__raw_line__``), invalid UTF-8 shown as ``\\xNN``. ``absent_is_named``: a column
+    missing from a record (not null) is its own reason, ``no column 'x' in the row`` — for the
+    library's Python rows, where a misspelt column name would otherwise read as null ids. (Not
+    for JSONL: its fast path reads a missing key as null, and a line's reason must not depend on
+    which path its neighbours sent it down.)
 
     A value whose JSON/Avro type is not the column's declared type is never coerced: the row gets
     a reject reason and its raw text (``json.dumps`` for non-strings, so ``1`` and ``"1"`` stay
@@ -200,6 +208,8 @@ def records_to_table(
         reason: str | None = None if isinstance(record, dict) else "malformed record"
         row = record if isinstance(record, dict) else {}
         for name in schema.columns:
+            if absent_is_named and reason is None and name not in row:
+                reason = f"no column {name!r} in the row"
             value: Any = row.get(name)
             family = _family_of(value)
             want = arrow_family(target.field(name).type)

@@ -124,7 +124,7 @@ class _ToRawTables(beam.DoFn):
         from userdp.pipelines.sources import records_to_table  # noqa: PLC0415
 
         rows, self._rows = self._rows, []
-        return records_to_table(rows, self._schema)
+        return records_to_table(rows, self._schema, absent_is_named=True)
 
     def finish_bundle(self) -> Iterator[Any]:
         if self._rows:

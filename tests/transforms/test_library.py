@@ -32,6 +32,7 @@ BAD = [
     {"person": None, "domain": "a.example", "duration_s": 1.0},  # no person id
     {"person": "eve", "domain": "a.example", "duration_s": "long"},  # not a number
     {"person": 7, "domain": "a.example", "duration_s": 1.0},  # an int id in a string column
+    {"user": "fay", "domain": "a.example", "duration_s": 1.0},  # no person column: misspelt
 ]
 PUBLIC = ["a.example", "b.example", "c.example"]
 
@@ -66,6 +67,7 @@ def test_count_with_public_partitions_is_exact_without_noise() -> None:
                     "null or empty person id",
                     "non-numeric value in duration_s",
                     "person id type mismatch",
+                    "no column 'person' in the row",  # not "null": the name is what is wrong
                 ]
             ),
             label="dead letters",
