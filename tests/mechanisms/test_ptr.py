@@ -8,6 +8,8 @@ the right law and p < P_MIN for a deliberately wrong one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -135,6 +137,27 @@ def test_svt_failure_bound_is_an_upper_bound(eps: float, t: int) -> None:
     exact = _exact_svt_failure(eps, t)
     bound = ptr_ladder.svt_failure_bound(Fraction(eps), t)
     assert exact <= bound <= exact * (1 + 1e-6) + 1e-300
+
+
+@pytest.mark.parametrize("eps", [Fraction(1, 100), Fraction(1, 10), Fraction(1, 2), Fraction(3)])
+@pytest.mark.parametrize("delta", [Fraction(1, 10**3), Fraction(1, 10**6), Fraction(1, 10**12)])
+def test_the_threshold_search_finds_what_a_scan_finds(eps: Fraction, delta: Fraction) -> None:
+    """Bisection replaced a scan over T (planning took ~ln(1/δ)/ε steps: 16 s at ε = 10^−4 for
+    the ladder). Both thresholds must be the smallest T whose bound holds, as a scan finds it."""
+
+    def scan(holds: Callable[[int], bool]) -> int:
+        t = 1
+        while not holds(t):
+            t += 1
+        return t
+
+    d = Decimal(delta.numerator) / Decimal(delta.denominator)
+    tail = lambda t: ptr.laplace_tail(eps, t) <= d  # noqa: E731
+    assert ptr.distance_threshold(eps, delta) == scan(tail)
+    svt = lambda t: 12 * ptr_ladder.svt_failure_bound(eps / 2, t) <= float(delta) * (1 - 1e-9)  # noqa: E731
+    mech = ptr_ladder.LadderPTR("mean", 0.0, 1.0, float(eps), float(delta), rungs=12)
+    assert mech.threshold == scan(svt)
+    assert ptr.first_threshold(lambda t: t >= 1) == 1 and ptr.first_threshold(lambda t: t > 5) == 6
 
 
 def test_ladder_threshold_and_rungs() -> None:

@@ -21,7 +21,14 @@ from .accounting import ApproxDP, float_down, float_up
 from .additive import LaplaceMechanism
 from .checks import Rational, as_fraction
 from .discrete import discrete_laplace
-from .ptr import INFINITE_DISTANCE, check_delta, check_epsilon, exact_mean, mean_distance
+from .ptr import (
+    INFINITE_DISTANCE,
+    check_delta,
+    check_epsilon,
+    exact_mean,
+    first_threshold,
+    mean_distance,
+)
 from .quantile_sensitivity import (
     as_quantile,
     check_bounds,
@@ -142,9 +149,9 @@ class LadderPTR:
         span = Fraction(hi) - Fraction(lo)
         bounds = tuple(span / r ** (rungs - 1 - j) for j in range(rungs))
         mechanisms = _rung_mechanisms(bounds, float_down(eps / 2))
-        t = 1
-        while rungs * svt_failure_bound(eps / 2, t) > float(d) * (1 - 1e-9):
-            t += 1
+        t = first_threshold(
+            lambda t: rungs * svt_failure_bound(eps / 2, t) <= float(d) * (1 - 1e-9)
+        )
         fields = {
             "statistic": statistic,
             "lower": lo,
