@@ -87,7 +87,15 @@ def plan_release(job: JobConfig) -> ReleasePlan:
             job.source,
         ) from e
     sel_deltas = _split_selection_delta(job, total)
-    groups = group_selections(job.queries, shares, total, sel_deltas)
+    try:
+        groups = group_selections(job.queries, shares, total, sel_deltas)
+    except ConfigError:
+        raise
+    except (ValueError, ArithmeticError) as e:  # a shared selection refusing its budget share
+        raise ConfigError(
+            "budget", str(total), "a budget whose shared partition selections can be built",
+            str(e), job.source,
+        ) from e  # fmt: skip
     plans = tuple(
         plan_query(
             q,
@@ -128,12 +136,22 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
         ctx = dataclasses.replace(ctx, shared_selection=shared)
     try:
         return kind_of(q).plan(q, ctx)
+    except ConfigError:
+        raise
     except OverflowError as e:  # a public number past the float range (bounds near ±1e308)
         raise ConfigError(
             ctx.key, str(ctx.share), "parameters whose noise fits a float",
             "a bound, range or budget puts a noise scale or a span past the largest float "
             f"({e}); narrow the bounds or raise the budget", ctx.source,
         ) from e  # fmt: skip
+    except (ValueError, ArithmeticError) as e:  # a mechanism refusing its public parameters
+        # (a budget so small or large that its noise cannot be built): the job file's mistake,
+        # exit 2 naming the query, never a traceback. Planning reads no data, so the message
+        # holds only parameters.
+        why = str(e) or type(e).__name__
+        raise ConfigError(
+            ctx.key, str(ctx.share), "parameters the mechanism accepts", why, ctx.source
+        ) from e
 
 
 def spends_delta(q: QueryConfig) -> bool:

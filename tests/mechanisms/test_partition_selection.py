@@ -13,6 +13,7 @@ import itertools
 import math
 import pickle
 from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -27,7 +28,7 @@ from userdp.transforms.mechanisms.partition_selection import (
     TruncatedGeometricSelection,
 )
 from userdp.transforms.mechanisms.rng import KeyedRng
-from userdp.transforms.mechanisms.selection_tails import discrete_laplace_tail
+from userdp.transforms.mechanisms.selection_tails import discrete_laplace_tail, gaussian_tail_fn
 
 Rule = LaplaceThresholding | GaussianThresholding | TruncatedGeometricSelection
 
@@ -397,3 +398,14 @@ def test_negative_count_is_refused_without_echoing_it(make: Callable[..., Rule])
     with pytest.raises(ValueError, match="count must be a non-negative") as info:
         rule.decide(-7, rng)
     assert "7" not in str(info.value)  # counts are private: never in an error message
+
+
+def test_a_huge_rho_is_tabulated_without_underflow_or_refused_by_name() -> None:
+    """ρ = 10^7: a = e^(−1/(2σ²)) = e^(−10^7) underflowed Decimal's default range to 0 and the
+    remainder bound divided 0 by 0 (decimal.InvalidOperation at planning, a traceback). Now the
+    widest exponent range holds it, the stated δ stays a positive upper bound, and a σ² whose a
+    passes even that range is refused naming the cause."""
+    sel = ps.GaussianThresholding(1e7, 1e-6, 1)
+    assert 0 < sel.delta_achieved <= Decimal("1e-4000000") and sel.threshold == 2
+    with pytest.raises(ValueError, match=r"σ² = 1e-20 is too narrow to tabulate; choose a smaller"):
+        gaussian_tail_fn(Fraction(1, 10**20), Decimal(10) ** -46, 30)

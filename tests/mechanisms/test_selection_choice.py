@@ -66,3 +66,11 @@ def test_misuse_is_refused() -> None:
         best_selection(1, 0, 5)
     with pytest.raises(ValueError, match="max_partitions_per_person"):
         best_selection(1, DELTA, 0)
+
+
+def test_a_gaussian_candidate_too_wide_to_tabulate_is_skipped_not_fatal() -> None:
+    """ε = 1e-300: every Gaussian candidate's table would pass 10^7 terms. The chooser raised
+    (after minutes of tabulating) although the geometric rule is built in a moment; it now skips
+    a candidate it cannot build."""
+    rule = best_selection(1e-300, 1e-3, 1)
+    assert isinstance(rule, TruncatedGeometricSelection) and rule.half_keep_count == 500

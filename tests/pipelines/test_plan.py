@@ -275,3 +275,20 @@ def test_manifest_is_public_json() -> None:
     assert m["queries"][1]["bounds"] == [0.0, 600.0]
     # Operator-only paths (input, dead letters) and anything from the data stay out.
     assert cfg.input.path not in text and "rejected" not in text and "person_id" not in text
+
+
+def test_a_mechanism_refusing_its_budget_is_a_config_error_naming_the_query() -> None:
+    """ρ = 1e-300 for private partitions: the selection's discrete Gaussian is too wide to
+    tabulate. Its ValueError escaped planning as a traceback ("a bug in userdp") after building
+    10^7 terms; it is now refused at once, as the job file's error (exit 2) naming the query —
+    or the budget, when the selection is shared by several queries."""
+    one = job(budget={"rho": 1e-300, "delta": 1e-6})
+    one["queries"] = one["queries"][:1]
+    with pytest.raises(
+        ConfigError, match=r"queries\[0\] = .*expected parameters the mechanism accepts\. discrete"
+    ):
+        plan_release(parse_job(one))
+    two = job(budget={"rho": 1e-300, "delta": 1e-6})
+    two["queries"] = [one["queries"][0], {**one["queries"][0], "name": "again"}]
+    with pytest.raises(ConfigError, match=r"^budget = .*shared partition selections can be bu"):
+        plan_release(parse_job(two))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -96,8 +96,11 @@ def _threshold_prec(delta: Fraction, L: int) -> int:
 
 
 def _selection_delta(p: Decimal, L: int) -> Decimal:
-    """δ(T) = 1 − (1 − p)^L: the chance that one of L independent single-person keys passes."""
-    return 1 - (1 - p) ** L
+    """δ(T) = 1 − (1 − p)^L: the chance that one of L independent single-person keys passes.
+    A p below the context's precision makes 1 − p round to 1: then L·p, an upper bound, so a
+    stated δ is never 0 where it is not (a huge ρ puts p near e^(−10^7))."""
+    value = 1 - (1 - p) ** L
+    return value if value > 0 or p == 0 else L * p
 
 
 def _smallest_passing(ok: Callable[[int], bool], lo: int, hi: int) -> int:
@@ -221,6 +224,7 @@ class GaussianThresholding:
         p = tail(threshold - 1)
         with localcontext() as ctx:
             ctx.prec = _threshold_prec(self.delta, self.max_partitions_per_person)
+            ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX  # p may be far below 10^−999999
             return _selection_delta(p, self.max_partitions_per_person)
 
     def delta_at(self, threshold: int) -> Decimal:

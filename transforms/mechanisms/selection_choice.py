@@ -26,6 +26,7 @@ from fractions import Fraction
 from .accounting import ApproxDP, zcdp_budget_for
 from .checks import Rational, as_fraction
 from .partition_selection import GaussianThresholding, TruncatedGeometricSelection
+from .selection_tails import TooWideToTabulateError
 
 # Fractions of δ left to the Gaussian thresholding's own tail (the rest goes to the conversion).
 # Measured at ε ∈ [0.05, 2], L ∈ [1, 50], δ = 10^-6: the best split is between 1/4 and 1/2 and
@@ -52,7 +53,10 @@ def best_selection(
         epsilon, delta, max_partitions_per_person
     )
     for tail in GAUSSIAN_DELTA_SPLITS:
-        candidate = gaussian_selection(epsilon, delta, max_partitions_per_person, tail)
+        try:
+            candidate = gaussian_selection(epsilon, delta, max_partitions_per_person, tail)
+        except TooWideToTabulateError:  # a tiny ε: the geometric rule stands (it is built)
+            continue
         if candidate.half_keep_count < best.half_keep_count:
             best = candidate
     return best

@@ -9,12 +9,24 @@ Derivations: ``docs/partition_selection.md`` §1–2.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 
 from .checks import Rational, positive
 
 MAX_TERMS = 10**7  # cap on pmf terms / table entries computed at build time
+
+
+class TooWideToTabulateError(ValueError):
+    """A discrete Gaussian whose tail table would pass ``MAX_TERMS`` (a tiny ρ per partition):
+    a rule chooser skips that candidate; a planner refuses the budget naming the query."""
+
+
+def _too_wide(sigma2: Fraction) -> TooWideToTabulateError:
+    return TooWideToTabulateError(
+        f"discrete Gaussian with σ² = {float(sigma2):.6g} is too wide to tabulate "
+        f"({MAX_TERMS} terms); choose a larger rho or a smaller max_partitions_per_person"
+    )
 
 
 def to_decimal(x: Fraction) -> Decimal:
@@ -50,9 +62,22 @@ def gaussian_tail_fn(
     Σ_{z>M} t_z ≤ t_M·Σ_{j≥1} b^(Mj) = t_M·b^M/(1 − b^M) because (M + j)² ≥ M² + 2Mj. The tail sums
     S(m) = Σ_{m≤z≤M} t_z + R are upper bounds; the normaliser is t_0 + 2·S(1).
     """
+    # t_M < floor needs M > σ·√(2·ln(1/floor)): a σ² needing more than MAX_TERMS terms is
+    # refused at once, not after building 10^7 of them (minutes, for a budget like ε = 1e-300)
+    if sigma2 > Fraction(MAX_TERMS**2) / Fraction(2 * float(-floor.ln())):
+        raise _too_wide(sigma2)
     with localcontext() as ctx:
         ctx.prec = prec + 10
+        # A huge ρ makes σ² tiny and a = e^(−1/(2σ²)) astronomically small: the widest exponent
+        # range keeps it exact (a ≥ 10^−10^17); past that it would round to 0, and the bounds
+        # below would divide 0 by 0, so such a σ² is refused.
+        ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX
         a = (-to_decimal(1 / (2 * sigma2))).exp()
+        if a == 0:
+            raise ValueError(
+                f"discrete Gaussian with σ² = {float(sigma2):.6g} is too narrow to tabulate; "
+                "choose a smaller rho (a ρ this large protects nothing)"
+            )
         b = a * a
         terms = [Decimal(1)]
         t, c, rest = Decimal(1), a, Decimal(0)  # c = a·b^z
@@ -66,11 +91,7 @@ def gaussian_tail_fn(
                 if rest < floor:
                     break
             if len(terms) > MAX_TERMS:
-                raise ValueError(
-                    f"discrete Gaussian with σ² = {float(sigma2):.6g} is too wide to tabulate "
-                    f"({MAX_TERMS} terms); choose a larger rho or a smaller "
-                    "max_partitions_per_person"
-                )
+                raise _too_wide(sigma2)
         M = len(terms) - 1
         sums = [Decimal(0)] * (M + 2)
         sums[M + 1] = rest
@@ -81,6 +102,7 @@ def gaussian_tail_fn(
     def tail(k: int) -> Decimal:
         with localcontext() as ctx:
             ctx.prec = prec
+            ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX  # as above: tiny tails stay above 0
             if k >= 1:
                 return sums[min(k, M + 1)] / norm
             if 1 - k > M + 1:
