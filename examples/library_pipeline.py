@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     logs = args.logs or _demo_logs(out)
 
+    ops = out.parent / "ops"  # raw private rows: a folder only its owner can open
+    ops.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ops.chmod(0o700)
+
     release = dp.Release(dp.Budget(epsilon=1, delta=1e-6))
     with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
         rows = p | beam.io.ReadFromParquet(logs)  # dicts; Arrow batches work too
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                 | f"{name}/write" >> beam.io.WriteToText(str(out / name), ".jsonl")
             )
         # raw private rows: only ever to the operator's path, never next to the release
-        _ = people.dead_letter | beam.io.WriteToText(str(out.parent / "ops" / "rejected"))
+        _ = people.dead_letter | beam.io.WriteToText(str(ops / "rejected"))
     (out / "manifest.json").write_text(json.dumps(release.manifest(), indent=2))
     print(f"released {release.spent} to {out}/ (manifest.json: what was spent, and how)")
 

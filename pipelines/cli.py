@@ -21,6 +21,7 @@ operator-only log file (:mod:`.private_log`) whose path is printed.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -78,8 +79,10 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         job = load_job(args.job)
         plan = plan_release(job)
+        runner = io.StringIO()  # the runner's checks come first: nothing printed, then refused
+        print_runner(job, beam_args, runner)
         print_plan(plan, sys.stdout)
-        print_runner(job, beam_args, sys.stdout)
+        sys.stdout.write(runner.getvalue())
         print_keys(job, sys.stdout)
         if job.ledger is not None:
             print_ledger_quote(job, plan, sys.stdout)

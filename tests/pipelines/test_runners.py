@@ -362,8 +362,9 @@ def test_userdp_plan_refuses_local_paths_for_dataflow_as_run_does(
         '[[queries]]\nname = "n"\nmetric = "count"\nmax_rows_per_partition = 1\n'
     )
     assert main(["plan", str(job)]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "input.path = '" in err and "logs/*.parquet': expected a path Dataflow workers" in err
+    assert out == ""  # refused before any of the plan is printed
     job.write_text(
         job.read_text().replace('"logs/*.parquet"', '"gs://userdp-test-bucket/l/*.parquet"')
     )

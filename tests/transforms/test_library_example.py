@@ -25,6 +25,7 @@ def test_the_library_example_runs_verbatim_and_writes_a_release(tmp_path: Path) 
     (median_file,) = out.glob("median_duration*.jsonl")
     (median,) = [json.loads(x) for x in median_file.read_text().splitlines()]
     assert 0 <= median["value"] <= 600
+    assert (tmp_path / "ops").stat().st_mode & 0o777 == 0o700  # dead letters: owner only
     manifest = json.loads((out / "manifest.json").read_text())
     assert [q["name"] for q in manifest["queries"]] == ["visits", "median_duration"]
     assert manifest["spent"]["epsilon"] == 1.0
