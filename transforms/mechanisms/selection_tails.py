@@ -69,7 +69,7 @@ def gaussian_tail_fn(
     with localcontext() as ctx:
         ctx.prec = prec + 10
         # A huge ρ makes σ² tiny and a = e^(−1/(2σ²)) astronomically small: the widest exponent
-        # range keeps it exact (a ≥ 10^−10^17); past that it would round to 0, and the bounds
+        # range keeps it exact (a ≥ 10^(−10^18)); past that it would round to 0, and the bounds
         # below would divide 0 by 0, so such a σ² is refused.
         ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX
         a = (-to_decimal(1 / (2 * sigma2))).exp()
