@@ -22,7 +22,6 @@ the sparse vector technique (docs/local_sensitivity.md §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -42,6 +41,7 @@ from .quantile_sensitivity import (
     sorted_clamped,
 )
 from .rng import KeyedRng
+from .threshold_search import first_threshold
 
 INFINITE_DISTANCE = 1 << 62
 """Stands for D = ∞ (no data set reaches the bound): a constant, so its sensitivity is 0."""
@@ -77,22 +77,6 @@ def laplace_tail(epsilon: Fraction, t: int) -> Decimal:
         e = Decimal(epsilon.numerator) / Decimal(epsilon.denominator)
         p = (-e * t).exp() / (1 + (-e).exp())
         return p * (1 + Decimal(10) ** -40)
-
-
-def first_threshold(holds: Callable[[int], bool]) -> int:
-    """The smallest integer T ≥ 1 with ``holds(T)``, for ``holds`` monotone in T (false, then
-    true: a tail bound falling below δ). Doubling steps, then bisection: O(log T) calls, where a
-    scan took T ≈ ln(1/δ)/ε of them (seconds of planning at ε = 10^−4, minutes at 10^−6).
-    The T returned always satisfies ``holds`` — the privacy condition — whatever rounding does."""
-    if holds(1):
-        return 1
-    low, high = 1, 2  # holds(low) is false
-    while not holds(high):
-        low, high = high, 2 * high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if holds(mid) else (mid, high)
-    return high
 
 
 def distance_threshold(epsilon: Fraction, delta: Fraction) -> int:

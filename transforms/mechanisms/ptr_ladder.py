@@ -26,7 +26,6 @@ from .ptr import (
     check_delta,
     check_epsilon,
     exact_mean,
-    first_threshold,
     mean_distance,
 )
 from .quantile_sensitivity import (
@@ -37,6 +36,7 @@ from .quantile_sensitivity import (
     sorted_clamped,
 )
 from .rng import KeyedRng
+from .threshold_search import first_threshold
 
 
 def svt_failure_bound(epsilon_svt: Fraction, threshold: int) -> float:
