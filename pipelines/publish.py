@@ -46,10 +46,15 @@ def _reason(e: BaseException) -> str:
     return getattr(e, "strerror", None) or type(e).__name__
 
 
+def is_local_path(directory: str) -> bool:
+    """A path on this machine's disk (os calls apply), not an object store's ``scheme://``."""
+    return "://" not in directory
+
+
 def _make_dirs(directory: str) -> list[str]:
     """Creates a local directory and its missing parents; returns those it created, deepest last.
     Object stores have no directories: nothing to create."""
-    if "://" in directory:
+    if not is_local_path(directory):
         return []
     missing = []
     d = os.path.abspath(directory)
@@ -189,17 +194,13 @@ class Staging:
         return published
 
 
-def _is_local(directory: str) -> bool:
-    return "://" not in directory
-
-
 def make_private_directory(directory: str | None) -> None:
     """Creates a missing local dead-letter directory owner-only (0700) before the run, so the raw
     rows Beam writes into it are unreadable by other users whatever the umask (Beam creates its
     files 0644 under a usual umask). An existing directory keeps the mode its operator gave it;
     :func:`restrict_dead_letters` still closes the files. Other filesystems (``gs://`` …) keep
     their own access control: the bucket's permissions decide."""
-    if not directory or not _is_local(directory) or os.path.isdir(directory):
+    if not directory or not is_local_path(directory) or os.path.isdir(directory):
         return
     os.makedirs(directory, exist_ok=True)
     os.chmod(directory, 0o700)  # exact, whatever the umask (makedirs' mode is masked)
@@ -208,7 +209,7 @@ def make_private_directory(directory: str | None) -> None:
 def restrict_dead_letters(directory: str | None) -> None:
     """Makes every local ``dead_letter-*`` file owner-only (0600) after a run, success or not:
     they are raw private rows, like the operator log and the ledger (also 0600)."""
-    if not directory or not _is_local(directory) or not os.path.isdir(directory):
+    if not directory or not is_local_path(directory) or not os.path.isdir(directory):
         return
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
@@ -232,7 +233,7 @@ def remove_temporary_folders(directory: str | None) -> None:
     try:
         matches = FileSystems.match([FileSystems.join(directory, "beam-temp-*")])
         paths = [m.path for r in matches for m in r.metadata_list]
-        if _is_local(directory) and os.path.isdir(directory):
+        if is_local_path(directory) and os.path.isdir(directory):
             paths += [
                 os.path.join(directory, n)
                 for n in os.listdir(directory)

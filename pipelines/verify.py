@@ -16,7 +16,7 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from .publish import MANIFEST, file_sha256
+from .publish import MANIFEST, file_sha256, is_local_path
 
 
 def _listed(manifest: dict[str, Any]) -> dict[str, tuple[int, str]]:
@@ -46,7 +46,7 @@ def _present(directory: str, outputs: dict[str, str]) -> set[str]:
 def verify_release(directory: str) -> list[str]:
     """The reasons ``directory`` is not a complete release; an empty list when it is."""
     manifest_path = FileSystems.join(directory, MANIFEST)
-    if "://" not in directory and not os.path.isdir(directory):
+    if is_local_path(directory) and not os.path.isdir(directory):
         return [f"{directory} is not a directory: give a release directory (the job's output.path)"]
     if not FileSystems.exists(manifest_path):
         return [f"no {MANIFEST}: not a complete release (a run was interrupted, failed or runs)"]
