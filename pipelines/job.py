@@ -123,6 +123,8 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
     )
     plan = plan_release(job)  # imports user functions: a missing one is a ConfigError here
     check_public_keys(job, schema)
+    if job.ledger is not None:  # a path the period rule misses is a job mistake: refuse it here,
+        charging.release_periods(job.ledger, schema.files)  # before "charging the ledger"
     key_file = job.release.secret_path
     secret_check = key_check_value(read_key_file(key_file)) if key_file else None
     if job.input.dead_letter:

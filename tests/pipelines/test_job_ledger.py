@@ -159,3 +159,4 @@ def test_an_input_path_without_its_period_is_a_job_error_exit_2(
     assert main(["run", str(job)]) == 2
     err = capsys.readouterr().err
     assert "ledger.period_rule = 'month=" in err and "does not match the period rule" in err
+    assert "charging the ledger" not in err  # refused with the other checks, before the ledger
