@@ -34,6 +34,7 @@ from typing import Any
 
 import apache_beam as beam
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -100,12 +101,28 @@ def _with_file(table: pa.Table, path: str) -> pa.Table:
 
 
 def _text(value: Any) -> str:
+    """A value's text for its dead letter (the operator's only): JSON where the value has one,
+    else its repr. Never raises: which rows hold a bytes, Decimal or date value is data, so
+    failing on one would make the run's outcome depend on a person."""
     if isinstance(value, str):
         return value
     try:
         return json.dumps(value)
     except (RecursionError, ValueError):
         return "<too deeply nested>"
+    except TypeError:  # no JSON form: bytes, Decimal, dates, sets, a user's objects
+        pass
+    try:
+        return repr(value)
+    except Exception:  # a user's __repr__ that raises
+        return f"<{type(value).__name__}>"
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python value it holds (``np.int64(3)`` → ``3``, ``np.bool_`` →
+    ``bool``), so a library row's numbers are read, and its person ids canonicalised, exactly
+    as Python's; anything else unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _float_text(value: int | float) -> str:
@@ -191,7 +208,8 @@ def records_to_table(
     """Slow path: Python records (JSON/Avro) → a text raw table with a ``__reject__`` column.
 
     ``lines``: the JSON lines the records came from; a malformed one's text goes with its dead
-    letter (``__raw_line__``), invalid UTF-8 shown as ``\\xNN``. ``absent_is_named``: a column
+    letter (``__raw_line__``), invalid UTF-8 shown as ``\\xNN`` (without ``lines``: the
+    record's own text, e.g. a library row sent as a tuple). ``absent_is_named``: a column
     missing from a record (not null) is its own reason, ``no column 'x' in the row`` — for the
     library's Python rows, where a misspelt column name would otherwise read as null ids. (Not
     for JSONL: its fast path reads a missing key as null, and a line's reason must not depend on
@@ -210,7 +228,7 @@ def records_to_table(
         for name in schema.columns:
             if absent_is_named and reason is None and name not in row:
                 reason = f"no column {name!r} in the row"
-            value: Any = row.get(name)
+            value: Any = _plain(row.get(name))
             family = _family_of(value)
             want = arrow_family(target.field(name).type)
             if family is None:
@@ -235,10 +253,15 @@ def records_to_table(
         rejects.append(reason)
     arrays = {c: pa.array(v, type=pa.string()) for c, v in cols.items()}
     arrays[REJECT_COLUMN] = pa.array(rejects, type=pa.string())
-    if lines is not None and any(not isinstance(r, dict) for r in records):
+    if any(not isinstance(r, dict) for r in records):  # its text goes with its dead letter
+        raw = lines if lines is not None else [None] * len(records)
         texts = [
-            None if isinstance(r, dict) else x.decode("utf-8", "backslashreplace")
-            for r, x in zip(records, lines, strict=True)
+            None
+            if isinstance(r, dict)
+            else _text(r)  # a library row that is not a mapping: what was sent
+            if x is None
+            else x.decode("utf-8", "backslashreplace")
+            for r, x in zip(records, raw, strict=True)
         ]
         arrays[RAW_LINE_COLUMN] = pa.array(texts, type=pa.string())
     return pa.table(arrays)

@@ -73,15 +73,18 @@ def people_of(pcoll: object, transform: str) -> People:
 
 
 def _as_record(element: Any) -> Any:
-    """dict / beam.Row / NamedTuple → dict; anything else is passed on (a malformed record)."""
+    """dict / any Mapping / beam.Row / NamedTuple → dict; anything else is passed on (a
+    malformed record: its text goes with its dead letter)."""
     if isinstance(element, Mapping):
-        return element
+        return element if isinstance(element, dict) else dict(element)
     as_dict = getattr(element, "_asdict", None)
     return as_dict() if callable(as_dict) else element
 
 
 def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
-    """Arrow input: the declared columns, each in its declared family (or text to be parsed)."""
+    """Arrow input: the declared columns, each in its declared family (an integer column may
+    stand for a float one; an all-null column for any). Text is refused, not parsed, so Arrow and
+    Python rows make the same persons (``"1"`` is never the int ``1``)."""
     from userdp.pipelines.input_files import arrow_family  # noqa: PLC0415
 
     missing = [c for c in schema.columns if c not in table.column_names]
@@ -89,13 +92,15 @@ def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
         raise TypeError(f"ByPerson: the Arrow input has no column(s) {missing}")
     table = table.select(list(schema.columns))
     want = schema.arrow_schema()
-    for f in table.schema:
+    for i, f in enumerate(table.schema):
         have, expected = arrow_family(f.type), arrow_family(want.field(f.name).type)
-        ok = have in (expected, "string") or (expected == "float" and have == "integer")
-        if not ok:
+        if have == "null":  # a batch whose column holds only nulls: its rows are dead letters
+            table = table.set_column(i, f.name, pa.nulls(table.num_rows, want.field(f.name).type))
+        elif not (have == expected or (expected == "float" and have == "integer")):
             raise TypeError(
                 f"ByPerson: column {f.name!r} is {f.type} in the Arrow input but declared "
-                f"{expected}; cast it before ByPerson (types are never guessed from values)"
+                f"{expected}; cast it before ByPerson (types are never guessed from values, "
+                "and text is not parsed: '01' and '1' are not made one person)"
             )
     return table
 
@@ -173,6 +178,11 @@ class ByPerson(beam.PTransform[Any, Any]):
         self._release, self._schema = release, schema
         self._num_shards = num_shards or DEFAULT_SHARDS
         self._raw = schema.fmt != "beam"  # the job file's reader: raw tables already
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without its Release (it holds the secret and refuses to pickle): Beam pickles a
+        transform whose ``expand`` raised as a leaf of the graph (``_Metric.__getstate__``)."""
+        return {**self.__dict__, "_release": None}
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         self._release._bind(rows.pipeline)

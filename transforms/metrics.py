@@ -21,14 +21,13 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import apache_beam as beam
-from apache_beam.pvalue import Row
+import numpy as np
+from apache_beam.pvalue import PCollection, Row
 
 from .by_person import People, people_of
 from .release import ReleaseError
 
 if TYPE_CHECKING:
-    from apache_beam.pvalue import PCollection
-
     from userdp.pipelines.config_model import QueryConfig
     from userdp.pipelines.kinds.base import KindPlan
     from userdp.pipelines.kinds.shared_selection import SelectionPlan
@@ -132,9 +131,15 @@ class _Metric(beam.PTransform[Any, Any]):
                 f"{type(self).__name__}: the metric is set by the class, and partitions by "
                 "public_partitions=[...] (or privately; Aggregate shares one selection)"
             )
-        self._name, self._params = name, params
+        self._name, self._params = name, {k: plain_param(v) for k, v in params.items()}
         self._release: Release | None = None
         self._public = None if public_partitions is None else _key_tuples(public_partitions)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without its Release: Beam pickles a transform whose ``expand`` raised (a caught typo,
+        fixed in the next notebook cell) as a leaf of the graph, and the Release, which holds
+        the secret, refuses to pickle (so the whole pipeline could no longer run)."""
+        return {**self.__dict__, "_release": None}
 
     def _label_name(self) -> str:
         name = self._name or self._user_label
@@ -147,6 +152,7 @@ class _Metric(beam.PTransform[Any, Any]):
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
+        from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
 
         what = type(self).__name__
         people = people_of(rows, what)
@@ -157,7 +163,17 @@ class _Metric(beam.PTransform[Any, Any]):
         raw: dict[str, Any] = {"name": name, "metric": self.metric, **self._params}
         if self._public is not None:
             raw["partitions"] = PUBLIC_PARTITIONS
-        q = parse_query_table(raw, people.release.budget.config, key=label)
+        try:
+            q = parse_query_table(raw, people.release.budget.config, key=label)
+        except ConfigError as e:
+            if self._public is not None and e.key == f"{label}.partitions":
+                raise ValueError(
+                    f"{label}: public_partitions is for the metrics that release a value per "
+                    f"partition (Count, Persons, Sum, Mean); {what} takes none"
+                ) from None
+            raise
+        if self._public is not None:
+            _check_key_arity(self._public, q.by, label)
         share, sel_delta = explicit_share_of(q, people.release, label)
         plan = plan_member(q, people, label, share, sel_delta, public=self._public)
         out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
@@ -173,11 +189,45 @@ class _Metric(beam.PTransform[Any, Any]):
             )
 
 
+def plain_param(x: Any) -> Any:
+    """A keyword argument as a job file would hold it: NumPy scalars as Python numbers, tuples
+    and arrays as lists (``bounds=(0, 1)``, ``bounds=np.array([0., 1.])``)."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (tuple, list, np.ndarray)):
+        return [plain_param(v) for v in x]
+    return x
+
+
 def _key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
-    out = tuple(k if isinstance(k, tuple) else (k,) for k in keys)
+    if isinstance(keys, PCollection):
+        raise TypeError(
+            "public_partitions must be a list of keys known when the pipeline is built, not a "
+            "PCollection (its contents exist only when the pipeline runs): read the keys first, "
+            "or select partitions privately (leave public_partitions out)"
+        )
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise TypeError(
+            f"public_partitions must be a list of keys, got {type(keys).__name__} {keys!r}"
+        )
+    out = tuple(
+        tuple(plain_param(v) for v in k) if isinstance(k, tuple) else (plain_param(k),)
+        for k in keys
+    )
     if not out:
         raise ValueError("public_partitions is empty: list the keys to release")
     return tuple(dict.fromkeys(out))
+
+
+def _check_key_arity(keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], label: str) -> None:
+    """Each public key holds one value per ``by`` column (the keys are public: shown as given)."""
+    for i, k in enumerate(keys):
+        if len(k) != len(by):
+            raise ValueError(
+                f"{label}: public_partitions[{i}] = {k if len(k) > 1 else k[0]!r} is not a key "
+                f"for by = {list(by)}: give one value per by column (a tuple when there are "
+                "several)"
+            )
 
 
 def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any, Fraction]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .keys import ReleaseKeys, read_key_file
 from .mechanisms.accounting import ZCDP, ApproxDP, PureDP, compose
 from .mechanisms.accounting import Budget as Guarantee
@@ -44,7 +46,10 @@ class ReleaseError(ValueError):
 
 
 def _exact(x: object) -> object:
-    """Floats as the decimals they print as (0.1 → 1/10), like numbers read from a job file."""
+    """Floats as the decimals they print as (0.1 → 1/10), like numbers read from a job file;
+    NumPy scalars as the Python numbers they hold."""
+    if isinstance(x, np.generic):
+        x = x.item()
     return Fraction(repr(x)) if isinstance(x, float) and math.isfinite(x) else x
 
 

@@ -112,7 +112,7 @@ class Aggregate(beam.PTransform[Any, Any]):
         metrics: Mapping[str, Any],
     ) -> None:
         super().__init__()
-        from .metrics import _Metric  # noqa: PLC0415
+        from .metrics import _Metric, plain_param  # noqa: PLC0415
 
         if not by:
             raise ValueError("Aggregate needs `by`: the partition columns its metrics share")
@@ -131,7 +131,8 @@ class Aggregate(beam.PTransform[Any, Any]):
                     "Aggregate gives its metrics by and max_partitions_per_person, and selects "
                     "their partitions privately"
                 )
-        self._by, self._L, self._metrics = list(by), max_partitions_per_person, dict(metrics)
+        self._by, self._metrics = plain_param(by), dict(metrics)
+        self._L = plain_param(max_partitions_per_person)
 
     def expand(self, rows: PCollection[Any]) -> dict[str, PCollection[Any]]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415

@@ -1,0 +1,199 @@
+"""The library's inputs as users hold them: NumPy scalars and other Python types in rows, Arrow
+tables with text or all-null columns, NumPy and tuple parameters, public keys given wrongly, and
+a pipeline that goes on after a caught mistake.
+
+A value no column type can hold must make its row a dead letter — never an exception on a worker,
+whose occurrence would depend on one person's row. Exact values come from the test hook
+``Release._for_launcher(..., noise=False)``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+import userdp.transforms as dp
+from tests.beam_collect import run_and_collect
+from userdp.transforms.mechanisms.rng import ReleaseKey
+
+KEY = ReleaseKey(bytes(range(32)))
+
+
+def exact_release(**budget: Any) -> dp.Release:
+    return dp.Release._for_launcher(dp.Budget(**(budget or {"epsilon": 1})), KEY, noise=False)
+
+
+def count(**extra: Any) -> Any:
+    params = {"by": ["k"], "max_partitions_per_person": 1, "max_rows_per_partition": 5}
+    return dp.Count(**{**params, "public_partitions": ["x"], "epsilon": 0.5, **extra})
+
+
+def released_and_dead(rows: list[Any], person_type: str = "int") -> tuple[list[Any], list[Any]]:
+    """(released (k, value) pairs, dead letters' (reason, line) pairs) of a count per k."""
+    release = exact_release()
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type=person_type)
+        )
+        visits = people | "visits" >> count()
+        return {
+            "released": visits | beam.Map(lambda r: (r.k, r.value)),
+            "dead": people.dead_letter | beam.Map(lambda d: (d["reason"], d.get("line"))),
+        }
+
+    out = run_and_collect(build)
+    return sorted(out["released"]), sorted(out["dead"], key=str)
+
+
+def test_numpy_scalars_read_as_the_python_numbers_they_hold() -> None:
+    """np.int64(1) and 1 are one person (one canonical id); NumPy numbers are values like any."""
+    rows = [
+        {"pid": 1, "k": "x", "v": 1.0},
+        {"pid": np.int64(1), "k": np.str_("x"), "v": np.float32(2.5)},
+        {"pid": np.int32(2), "k": "x", "v": np.int64(3)},
+    ]
+    released, dead = released_and_dead(rows)
+    assert (released, dead) == ([("x", 3.0)], [])
+    # Person 1's two rows are one person's: with at most one row per partition, 2 rows remain.
+    release = exact_release()
+    with beam.Pipeline() as p:
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type="int")
+        )
+        one_row = people | "one" >> count(max_rows_per_partition=1)
+        assert_that(one_row | beam.Map(lambda r: r.value), equal_to([2.0]))
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("v", b"3", "non-numeric value in v"),
+        ("v", decimal.Decimal("1.5"), "non-numeric value in v"),
+        ("v", np.bool_(True), "non-numeric value in v"),
+        ("k", datetime.date(2026, 1, 1), "key type mismatch in k"),
+        ("k", np.datetime64("2026-01-01"), "key type mismatch in k"),
+        ("pid", b"7", "person id type mismatch"),
+        ("pid", {1, 2}, "person id type mismatch"),
+    ],
+)
+def test_a_value_no_column_type_holds_is_a_dead_letter_not_a_worker_crash(
+    column: str, value: Any, reason: str
+) -> None:
+    good = {"pid": 1, "k": "x", "v": 1.0}
+    released, dead = released_and_dead([good, {**good, column: value}])
+    assert released == [("x", 1.0)]
+    assert [r for r, _ in dead] == [reason]
+
+
+def test_a_row_that_is_not_a_mapping_carries_its_text_to_the_dead_letter() -> None:
+    released, dead = released_and_dead([("ann", "x", 1.0), {"pid": 1, "k": "x", "v": 1.0}])
+    assert released == [("x", 1.0)]
+    assert dead == [("malformed record", '["ann", "x", 1.0]')]  # its JSON text
+
+
+def _arrow_people(table: pa.Table, person_type: str = "int") -> list[Any]:
+    release = exact_release()
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = (
+            p
+            | beam.Create([table])
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type=person_type)
+        )
+        visits = people | "visits" >> count()
+        return {
+            "value": visits | beam.Map(lambda r: r.value),
+            "dead": people.dead_letter | beam.Map(lambda d: d["reason"]),
+        }
+
+    out = run_and_collect(build)
+    return [out["value"], sorted(out["dead"])]
+
+
+def test_arrow_text_is_not_parsed_into_int_ids() -> None:
+    """As Python rows, where "1" is never the int 1: "01", "+1" and "1" are not made one person."""
+    table = pa.table({"pid": ["1", "01", "+1"], "k": ["x"] * 3, "v": [1.0] * 3})
+    with pytest.raises(Exception, match=r"column 'pid' is string .* declared integer"):
+        _arrow_people(table)
+
+
+def test_an_all_null_arrow_column_makes_dead_letters() -> None:
+    """pa.table infers type null for a column of Nones: those rows are dead letters, as nulls."""
+    table = pa.table({"pid": [1, 2], "k": ["x", "x"], "v": [None, None]})
+    assert table.schema.field("v").type == pa.null()
+    assert _arrow_people(table) == [[0.0], ["null value in v", "null value in v"]]
+
+
+def test_numpy_and_tuple_parameters_read_as_a_job_file_would() -> None:
+    rows = [{"pid": "a", "k": "x", "v": 5.0}, {"pid": "b", "k": "x", "v": 0.5}]
+    release = dp.Release._for_launcher(dp.Budget(epsilon=np.float64(1)), KEY, noise=False)
+    with beam.Pipeline() as p:
+        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"k": "string"}, values=["v"])
+        sums = [
+            people
+            | name
+            >> dp.Sum(
+                by=("k",),
+                value="v",
+                bounds=bounds,
+                max_partitions_per_person=np.int64(1),
+                max_rows_per_partition=np.int32(1),
+                public_partitions=np.array(["x"]),
+                epsilon=np.float64(0.25),
+            )
+            for name, bounds in (("t", (0, 1)), ("a", np.array([0.0, 1.0])))
+        ]
+        for name, s in zip("ta", sums, strict=True):
+            pairs = s | f"pairs {name}" >> beam.Map(lambda r: (r.k, r.value))
+            assert_that(pairs, equal_to([("x", 1.5)]), label=name)
+    assert release.manifest()["spent"]["epsilon"] == 0.5
+
+
+def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
+    release = exact_release()
+    with beam.Pipeline() as p:
+        people = (
+            p
+            | beam.Create([{"pid": 1, "k": "x", "v": 1.0}])
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type="int")
+        )
+        with pytest.raises(ValueError, match=r"public_partitions\[0\] = \('a', 'b'\) is not a key"):
+            _ = people | "pairs" >> count(public_partitions=[("a", "b")])
+        with pytest.raises(TypeError, match="not a PCollection"):
+            _ = people | "pcoll" >> count(public_partitions=p | "keys" >> beam.Create(["x"]))
+        with pytest.raises(TypeError, match="a list of keys, got str 'x'"):
+            _ = people | "str" >> count(public_partitions="x")
+        with pytest.raises(ValueError, match=r"Median.*public_partitions is for the metrics that"):
+            _ = people | "median" >> dp.Median(
+                value="v", bounds=[0, 1], epsilon=0.1, public_partitions=["x"]
+            )
+
+
+def test_a_pipeline_goes_on_after_a_caught_mistake() -> None:
+    """A notebook's loop: a transform fails when applied (a typo), the next cell applies a fixed
+    one. The failed transform stays in Beam's graph as a leaf, which Beam pickles — it must not
+    hold the Release (its secret refuses to pickle), or the whole pipeline could not run."""
+    release = exact_release()
+    p = beam.Pipeline()
+    people = (
+        p
+        | beam.Create([{"pid": 1, "k": "x", "v": 1.0}])
+        | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type="int")
+    )
+    with pytest.raises(ValueError, match="did you mean 'epsilon'"):
+        _ = people | "typo" >> count(epsilom=0.5)
+    visits = people | "visits" >> count()
+    assert_that(visits | beam.Map(lambda r: r.value), equal_to([1.0]))
+    p.run().wait_until_finish()
