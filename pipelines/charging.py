@@ -113,10 +113,11 @@ def complete(
         ledger.complete(reservation.release_id, outputs, manifest_hash(manifest))
 
 
-def cancel(job: JobConfig, reservation: Reservation) -> None:
-    """Takes back the charge of a run that published nothing (see the module docstring)."""
+def cancel(job: JobConfig, reservation: Reservation) -> bool:
+    """Takes back the charge of a run that published nothing (see the module docstring); False
+    when the charge stays because a re-run of the same id joined it (``LedgerStore.cancel``)."""
     with open_ledger(_ledger(job).location) as ledger:
-        ledger.cancel(reservation.release_id)
+        return ledger.cancel(reservation.release_id)
 
 
 def published_manifest_hash(job: JobConfig, reservation: Reservation) -> str | None:

@@ -184,8 +184,10 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
         return 3
     except ReleaseRunError as e:
         log.exception(e)
-        charge = _CHARGE[e.charge].format(rid=e.release_id)
-        print(f"userdp run: {e}; {charge}", file=sys.stderr)
+        text, charge = str(e), _CHARGE[e.charge].format(rid=e.release_id)
+        if text.endswith("nothing was published"):  # said once
+            charge = charge.removeprefix("nothing was published").removeprefix("; ")
+        print(f"userdp run: {text}" + f"; {charge}" * bool(charge), file=sys.stderr)
         return 2 if e.input_error else 1
     except Exception as e:
         log.exception(e)

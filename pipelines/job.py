@@ -154,8 +154,7 @@ def _refund(job: JobConfig, reservation: Reservation | None) -> str:
         return "none"
     if reservation.rerun:
         return "kept"  # an earlier run of this id may have published: its charge stands
-    charging.cancel(job, reservation)
-    return "released"
+    return "released" if charging.cancel(job, reservation) else "kept"  # kept: a re-run joined
 
 
 def _run_into_staging(

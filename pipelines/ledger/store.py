@@ -6,8 +6,10 @@ the ledger. A reservation is one serialised write transaction (SQLite ``BEGIN IM
 PostgreSQL ``SELECT ... FOR UPDATE`` of the scope's row, which every write to the scope or its
 periods takes first), so concurrent launchers cannot both spend the last of a cap. It either
 charges the scope and every period the release reads, or refuses with the numbers and charges
-nothing. A charge is never taken back: a run that fails or is killed after its reservation may
-already have released noise from the workers.
+nothing. A charge is taken back (:meth:`LedgerStore.cancel`) only by the launcher that made it,
+only when its pipeline failed before anything was published, and only when no re-run of the same
+id joined it meanwhile; a run that is killed, or fails while publishing, keeps its charge (outputs
+computed under its secret may exist).
 
 Release ids make re-runs idempotent: the secret (the release's noise key) is created by the
 reservation and stored with it; the same id with the same input fingerprint, config hash, scope,
@@ -296,18 +298,24 @@ class LedgerStore(ReadingMixin, ABC):
 
     # -------------------------------------------------------------------------------- cancel
 
-    def cancel(self, release_id: str) -> None:
-        """Takes back the charge of a reservation whose run published nothing.
+    def cancel(self, release_id: str) -> bool:
+        """Takes back the charge of a reservation whose run published nothing; True when taken
+        back, False when kept because another run joined the reservation.
 
         Only the launcher that made the reservation calls this, and only when its pipeline failed
         before anything was published (``pipelines/publish.py``): no output computed under the
         release's secret left the operator's machines, so the budget was not spent. The release's
         row and its period links are removed (the same id may be reserved again, with a new
         secret); the event log keeps a ``cancel`` entry. A completed release is never cancelled.
+
+        A re-run of the same id that started while this one was running (a ``rerun`` event since
+        the release's latest ``reserve``) holds the same secret and may still publish: the charge
+        stays, and the event log says so (``keep``). Without this, one launcher's failure could
+        take back the charge of a release another launcher then published.
         """
         rid = check_name(release_id, "release id")
 
-        def body(tx: Tx) -> None:
+        def body(tx: Tx) -> bool:
             found = load_release(tx, rid, self.for_update, with_secret=False)
             if found is None:
                 raise LedgerError(f"release {rid!r} is not in the ledger: nothing to cancel")
@@ -316,6 +324,15 @@ class LedgerStore(ReadingMixin, ABC):
                 raise LedgerError(
                     f"release {rid!r} is {record.status}: a published release keeps its charge"
                 )
+            joined = tx.all(
+                "SELECT id FROM ledger_events WHERE release_id = ? AND event = 'rerun' AND id > "
+                "(SELECT MAX(id) FROM ledger_events WHERE release_id = ? AND event = 'reserve')",
+                (rid, rid),
+            )
+            if joined:
+                self._event(tx, "keep", {"reason": "a re-run joined the reservation"},
+                            scope=record.scope, release_id=rid)  # fmt: skip
+                return False
             s = load_scope(tx, record.scope, self.for_update)
             assert s is not None  # a release's scope is never deleted
             _, _, accounts = assess(
@@ -329,8 +346,9 @@ class LedgerStore(ReadingMixin, ABC):
             tx.execute("DELETE FROM ledger_releases WHERE release_id = ?", (rid,))
             detail = {"counted": str(record.counted), "periods": list(record.periods)}
             self._event(tx, "cancel", detail, scope=record.scope, release_id=rid)
+            return True
 
-        self._write(body)
+        return self._write(body)
 
     # ------------------------------------------------------------------------------- set_cap
 

@@ -18,6 +18,7 @@ from userdp.pipelines.ledger import (
     LedgerError,
     LedgerStore,
     ReleaseConflictError,
+    Reservation,
     UnknownScopeError,
 )
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
@@ -39,7 +40,7 @@ def reserve(
     scope: str = "logs",
     config: str = "cfg",
     fp: str = "fp",
-) -> object:
+) -> Reservation:
     return ledger.reserve(
         rid, scope=scope, periods=periods, cost=cost, config_hash=config, input_fingerprint=fp
     )
@@ -218,6 +219,24 @@ def test_complete_records_outputs_and_refuses_a_different_rerun(ledger: LedgerSt
     (record,) = ledger.releases()
     assert record.manifest_hash == "sha256:aa" and record.completed_at is not None
     assert [e.event for e in ledger.events()] == ["set-cap", "reserve", "complete"]
+
+
+def test_cancel_takes_a_charge_back_unless_a_rerun_joined_it(ledger: LedgerStore) -> None:
+    """Launcher A reserves r; launcher B starts r again while A runs (a re-run: same secret).
+    A's pipeline fails: taking the charge back would let B publish uncharged (and a later run of
+    r charge anew with a new secret — the same data under two noises, one charge)."""
+    ledger.set_cap("logs", eps(1))
+    reserve(ledger, "alone")
+    assert ledger.cancel("alone") is True  # no one else holds its secret: taken back
+    assert spent(ledger) == eps(0) and ledger.releases() == []
+    reserve(ledger, "r")  # A
+    reserve(ledger, "r")  # B joins while A runs
+    assert ledger.cancel("r") is False  # A failed: the charge stays for B
+    assert spent(ledger) == eps(Fraction(1, 3))
+    assert ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:aa").status == "completed"
+    assert [e.event for e in ledger.events()][-4:] == ["reserve", "rerun", "keep", "complete"]
+    assert not reserve(ledger, "alone").rerun  # a cancelled id is charged anew
+    assert ledger.cancel("alone") is True
 
 
 def test_set_cap_rules(ledger: LedgerStore) -> None:
