@@ -140,6 +140,15 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+def _shown(text: str) -> str:
+    """Text that is not UTF-8, for its dead letter: a byte JSONL held (decoded with
+    ``surrogateescape``) as ``\\xNN``, as CSV shows it; another lone surrogate as ``\\uNNNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate from a JSON escape such as \ud800
+        return text.encode("utf-8", "backslashreplace").decode()
+
+
 def _family_of(value: Any) -> str | None:
     if value is None:
         return None
@@ -234,7 +243,7 @@ def records_to_table(
             if family is None:
                 cols[name].append(None)
             elif isinstance(value, str) and not _is_utf8(value):
-                cols[name].append(value.encode("utf-8", "backslashreplace").decode())
+                cols[name].append(_shown(value))
                 reason = reason or f"invalid UTF-8 text in {name}"
             elif want == "float" and family in ("integer", "float"):
                 cols[name].append(_float_text(value))

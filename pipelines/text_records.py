@@ -16,15 +16,17 @@ change how its neighbours are parsed. Here every record is one physical line (``
   declared schema; a line pyarrow refuses (a value of another type, invalid UTF-8, a lone
   surrogate, duplicate keys, several values on one line …) is parsed alone by Python's ``json``
   and becomes a typed raw row or a malformed record (``pipelines.sources.records_to_table``).
+  Python's parser is never used for a line pyarrow reads alone: it refuses some of them (an unread
+  field that is not UTF-8, repeated, or an integer past ``int``'s digit limit).
 - A line longer than ``MAX_LINE_BYTES`` is a malformed record (it is never held in memory whole).
 
 Speed. Lines are parsed in groups (a chunk of up to ``CHUNK_BYTES``); a group is accepted when
 pyarrow returns exactly one row or one malformed record per line — then no line was joined to
 another, and each line was parsed exactly as it would be alone. Otherwise the group is halved and
 each half tried again (:func:`bisect_groups`), down to single lines for CSV and to small groups
-parsed line by line in Python for JSONL. Python's parse agrees with pyarrow's on every line pyarrow
-accepts alone (both parse the same JSON into the same types), so which path a line takes never
-changes its result. Clean files take one pyarrow call per chunk.
+parsed line by line for JSONL — by pyarrow alone where it reads the line, else by Python — so a
+line's result is the one it has alone, whichever group it fell in. Clean files take one pyarrow
+call per chunk.
 """
 
 from __future__ import annotations
@@ -224,7 +226,28 @@ class JsonLines:
         return table.select(self._names) if table.num_rows == len(group) else None
 
     def _python(self, group: Sequence[bytes]) -> list[pa.Table]:
-        return [self._python_rows([loads_record(line) for line in group], group)]
+        """A failing small group, line by line in Python — except a line Python's own limits
+        refuse (an integer past ``int``'s digit limit, nesting past the recursion limit), which
+        pyarrow may read: it gets pyarrow's row when pyarrow reads it alone, as in any accepted
+        group. A line is never read by Python more strictly than by pyarrow, or a hostile
+        neighbour that sent its group here would turn it into a dead letter."""
+        out, records, lines = [], [], []
+        for line in group:
+            try:
+                record = loads_record(line, self._names)
+            except json.JSONDecodeError:  # not JSON: pyarrow refuses it too
+                record = None
+            except (ValueError, RecursionError):
+                alone = self._parse([line])
+                if alone is not None:
+                    out.append(alone)
+                    continue
+                record = None
+            records.append(record)
+            lines.append(line)
+        if lines:
+            out.append(self._python_rows(records, lines))
+        return out
 
     def parse(self, lines: Sequence[bytes]) -> list[pa.Table]:
         # A leading byte-order mark is dropped from every line, so both parsers see the same text.
@@ -233,17 +256,30 @@ class JsonLines:
         return [t for t in parts if t.num_rows]
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")  # pyarrow refuses these too: a malformed record
-    return out
+def loads_record(line: bytes, read: Sequence[str]) -> Any:
+    """One JSON line → its value; raises ``json.JSONDecodeError`` for a line that is not JSON,
+    ``ValueError`` for a column in ``read`` given twice (pyarrow refuses both), and
+    ``ValueError``/``RecursionError`` past Python's own limits (an integer of more digits than
+    ``int`` converts — then read as a float, as pyarrow reads it, unless ``float`` fails too —
+    or nesting too deep).
+
+    Read as leniently as pyarrow reads what it does not use: bytes that are not UTF-8 become
+    lone surrogates (a read column holding one is a dead letter, ``records_to_table``), and an
+    unread key may repeat."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items) and any(sum(k == name for k, _ in items) > 1 for name in read):
+            raise ValueError("a column given twice")
+        return out
+
+    return json.loads(
+        line.decode("utf-8", "surrogateescape"), object_pairs_hook=pairs, parse_int=_int_or_float
+    )
 
 
-def loads_record(line: bytes) -> Any:
-    """One JSON line → its value, or None (a malformed record: not UTF-8, not JSON, nested too
-    deeply, an integer of more digits than Python converts, duplicate keys)."""
+def _int_or_float(text: str) -> int | float:
     try:
-        return json.loads(line.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (ValueError, RecursionError):
-        return None
+        return int(text)
+    except ValueError:  # more digits than int() converts: pyarrow reads a huge number as a float
+        return float(text)

@@ -158,6 +158,28 @@ def test_a_hostile_json_line_affects_only_itself(hostile: bytes) -> None:
         assert got == expected, at
 
 
+# Lines pyarrow reads alone (the odd field is not a column it reads) and Python's json refuses
+# whole: read by pyarrow in a group, they must not become malformed records in a group a hostile
+# neighbour sent down the slow path.
+QUIET_ODDITIES = [
+    b'{"p": "%d", "k": "d", "v": 1, "note": "caf\xe9"}',  # an unread field, not UTF-8
+    b'{"p": "%d", "k": "d", "v": 1, "tag": 1, "tag": 2}',  # an unread key, twice
+    b'{"p": "%d", "k": "d", "v": 1, "n": ' + b"9" * 5000 + b"}",  # beyond int() digit limits
+    b'{"p": "%d", "k": "d", "v": ' + b"9" * 5000 + b"}",  # the same, read: a float (inf)
+    b'{"p": "%d", "k": "d", "v": 1, "deep": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # recursion
+]
+
+
+@pytest.mark.parametrize("odd", QUIET_ODDITIES, ids=range(len(QUIET_ODDITIES)))
+@pytest.mark.parametrize("hostile", HOSTILE_JSON, ids=range(len(HOSTILE_JSON)))
+def test_a_hostile_json_line_leaves_quietly_odd_neighbours_as_they_were(
+    odd: bytes, hostile: bytes
+) -> None:
+    neighbours = [odd % i for i in range(40)]
+    expected = _canon(_json_rows(neighbours) + _json_rows([hostile]))
+    assert _canon(_json_rows([*neighbours[:20], hostile, *neighbours[20:]])) == expected
+
+
 def test_csv_through_the_pipeline_keeps_every_other_row(tmp_path: Path) -> None:
     """The issue-13 repro: a ragged row with non-UTF-8 bytes after the first MiB, and an open
     quote that would have swallowed the rest of the file, among 40,000 ordinary rows."""
@@ -185,11 +207,10 @@ def test_a_malformed_json_line_keeps_its_text_in_its_dead_letter(tmp_path: Path)
     schema = inspect_inputs(str(tmp_path / "x.jsonl"), "jsonl", {"p": "person", "k": "key"})
     clean, dead = run_read_validate(schema, str(tmp_path / "run"))
     assert clean.num_rows == 1
-    assert sorted(d.get("line", "") for d in dead) == [
-        "[1, 2]",
-        '{"p": "2", "k": "a"',
-        '{"p": "\\xff"}',
-    ]
+    assert sorted(d.get("line", "") for d in dead) == ["", "[1, 2]", '{"p": "2", "k": "a"']
+    # not UTF-8: a JSON object all the same, so its reason and its row say where
+    (utf8,) = [d for d in dead if "line" not in d]
+    assert utf8["reason"] == "invalid UTF-8 text in p" and utf8["row"]["p"] == "\\xff"
 
 
 @pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n", b"\r"])
