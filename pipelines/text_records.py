@@ -252,7 +252,15 @@ class JsonLines:
     def parse(self, lines: Sequence[bytes]) -> list[pa.Table]:
         # A leading byte-order mark is dropped from every line, so both parsers see the same text.
         lines = [x.removeprefix(_UTF8_BOM) for x in lines if not is_blank_json(x)]
-        parts = bisect_groups(lines, self._parse, self._python, leaf_size=JSON_PYTHON_GROUP)
+        # Only a line that opens an object can be a record; the others (null, arrays, strings,
+        # numbers, garbage) are malformed records without asking pyarrow, which reads a `null`
+        # line as a row of nulls — and crashes the process (SIGSEGV, pyarrow 25) when a group
+        # starts with one.
+        objects = [x for x in lines if x.lstrip(b" \t\r\n").startswith(b"{")]
+        others = [x for x in lines if not x.lstrip(b" \t\r\n").startswith(b"{")]
+        parts = bisect_groups(objects, self._parse, self._python, leaf_size=JSON_PYTHON_GROUP)
+        if others:
+            parts.append(self._python_rows([None] * len(others), others))
         return [t for t in parts if t.num_rows]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -178,6 +180,26 @@ def test_a_hostile_json_line_leaves_quietly_odd_neighbours_as_they_were(
     neighbours = [odd % i for i in range(40)]
     expected = _canon(_json_rows(neighbours) + _json_rows([hostile]))
     assert _canon(_json_rows([*neighbours[:20], hostile, *neighbours[20:]])) == expected
+
+
+def test_a_json_line_that_is_not_an_object_is_malformed_wherever_it_stands() -> None:
+    """pyarrow 25 reads a `null` line as a row of nulls after another line and crashes the
+    process (SIGSEGV) when a group starts with one: run in a child process, so a crash fails this
+    test rather than the suite."""
+    code = """if True:
+        import json, sys
+        from tests.io.test_text_records import _json_rows
+        ordinary = [json.dumps({"p": str(i), "k": "d", "v": 1}).encode() for i in range(100)]
+        for odd in (b"null", b" null", b"[1]", b"5", b'"x"', b"true"):
+            for lines in ([odd, *ordinary], [*ordinary[:50], odd, *ordinary[50:]], [odd]):
+                rows = _json_rows(lines)
+                bad = [r for r in rows if r.get("__reject__") is not None]
+                assert [r["__reject__"] for r in bad] == ["malformed record"], (odd, rows)
+                assert len(rows) == len(lines), odd
+        print("read")
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and run.stdout.strip() == "read", run.stderr[-2000:]
 
 
 def test_csv_through_the_pipeline_keeps_every_other_row(tmp_path: Path) -> None:

@@ -98,8 +98,10 @@ JSONL_BAD: list[tuple[str, Any, str]] = [
     ("duration_s", True, "non-numeric value in duration_s"),
     ("duration_s", {"s": 1}, "non-numeric value in duration_s"),
 ]
-JSONL_UNTAGGED = [b"{not json", b"[1, 2]", b'"x"', b"null", b"[" * 5000,
-                  b'{"person_id": 3, "domain": "\xff\xfe", "duration_s": 1.0}']  # fmt: skip
+JSONL_UNTAGGED = [b"{not json", b"[1, 2]", b'"x"', b"null", b"[" * 5000]
+# An object whose read text is not UTF-8: its fields are known, its reason says which (as CSV's).
+NOT_UTF8_JSONL = (b'{"person_id": 3, "domain": "\xff\xfe", "duration_s": 1.0}',
+                  "invalid UTF-8 text in domain")  # fmt: skip
 
 # CSV bad rows: (column, text, reason).
 CSV_BAD: list[tuple[str, str, str]] = [
@@ -163,6 +165,10 @@ def write_corpus(directory: Path, fmt: str, seed: int) -> Corpus:
             if j % 10 == 9:  # a row whose fields are unknown
                 lines.append(untagged[j // 10 % len(untagged)])
                 corpus.dead[(name, "malformed record", None)] += 1
+                continue
+            if j % 10 == 8 and fmt == "jsonl" and j // 10 % 6 == 5:
+                lines.append(NOT_UTF8_JSONL[0])
+                corpus.dead[(name, NOT_UTF8_JSONL[1], None)] += 1
                 continue
             row, reason, tag = _tagged(n % kinds, n, rng, fmt)
             n += 1
