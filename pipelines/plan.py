@@ -39,6 +39,7 @@ class ReleasePlan:
     spent_selection_delta: Fraction
     config_hash: str
     selections: tuple[SelectionPlan, ...] = ()  # shared selections, each booked once
+    person: tuple[str, str] | None = None  # the privacy unit: (person column, person_type)
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the config, the plan, the mechanisms; nothing from the data."""
@@ -62,7 +63,17 @@ class ReleasePlan:
             "same by and L share one selection (selections): each gives 1/(k+1) of its share",
             "queries": [q.to_manifest() for q in self.queries],
             "selections": [s.to_manifest() for s in self.selections],
+            **({"privacy_unit": privacy_unit(*self.person)} if self.person else {}),
         }
+
+
+def privacy_unit(column: str, person_type: str) -> dict[str, str]:
+    """The manifest's statement of who is protected: the person column is public config."""
+    return {
+        "person_column": column,
+        "person_type": person_type,
+        "neighbouring": "add/remove all rows of one person (one canonical id of person_column)",
+    }
 
 
 def plan_release(job: JobConfig) -> ReleasePlan:
@@ -113,6 +124,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         sum(sel_deltas.values(), Fraction(0)),
         job.config_hash,
         tuple(dict.fromkeys(groups.values())),
+        (job.input.person, job.input.person_type or "as the input's schema declares it"),
     )
 
 

@@ -101,6 +101,7 @@ class _State:
     queries: dict[str, _Registered] = field(default_factory=dict)  # every booked share
     selections: dict[str, SelectionPlan] = field(default_factory=dict)  # shared selections
     pipeline: beam.Pipeline | None = None
+    person: tuple[str, str] | None = None  # the privacy unit: (column, person_type)
 
 
 def _nothing(total: Guarantee) -> Guarantee:
@@ -161,9 +162,23 @@ class Release:
         person_type: str = "string",
         num_shards: int | None = None,
     ) -> ByPerson:
-        """Validate rows, canonicalise person ids, and group them by person (see ByPerson)."""
+        """Validate rows, canonicalise person ids, and group them by person (see ByPerson).
+
+        One release has one privacy unit: every ByPerson of it names the same person column and
+        type (several inputs — e.g. visits and purchases keyed by the same user id — are fine).
+        Budget shares compose only for one unit: ε for users and ε for devices is no ε for
+        either, since one user's devices are many devices."""
         from .by_person import ByPerson  # noqa: PLC0415
 
+        unit = (person, person_type)
+        if self._state.person is not None and self._state.person != unit:
+            raise ReleaseError(
+                f"this release protects persons identified by {self._state.person[0]!r} "
+                f"(person_type {self._state.person[1]!r}), not {person!r} ({person_type!r}): "
+                "one release has one privacy unit; use a Release per unit, each with its "
+                "own budget"
+            )
+        self._state.person = unit
         return ByPerson(self, person, keys=keys or {}, values=values,
                         person_type=person_type, num_shards=num_shards)  # fmt: skip
 
@@ -247,6 +262,7 @@ class Release:
             sum((r.selection_delta for r in regs), Fraction(0)),
             config_hash="",
             selections=tuple(selections.values()),
+            person=self._state.person,
         )
         return plan.to_manifest()
 

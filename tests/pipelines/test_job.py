@@ -107,6 +107,7 @@ def test_release_is_complete_finite_and_reproducible(logs: Path, tmp_path: Path)
             assert math.isfinite(row["value"]) and math.isfinite(row["stddev"]), name
     manifest = json.loads(Path(first.manifest).read_text())
     assert manifest["total"] == manifest["spent"]
+    assert manifest["privacy_unit"]["person_column"] == job.input.person  # who is protected
     second = run_release(job, release_key=KEY)  # a re-run of the same release: same bytes
     assert {n: Path(p).read_bytes() for n, p in second.outputs.items()} == outputs
 

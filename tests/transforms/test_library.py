@@ -252,3 +252,17 @@ def test_a_value_declared_as_a_key_type_and_arrow_types_that_do_not_match() -> N
 def test_a_release_never_pickles_its_secret() -> None:
     with pytest.raises(TypeError, match="stays on the launcher"):
         pickle.dumps(dp.Release(dp.Budget(epsilon=1)))
+
+
+def test_one_release_has_one_privacy_unit() -> None:
+    """Shares compose for one unit only: a second ByPerson on another person column (or type)
+    is refused; another input keyed by the same column is fine. The manifest names the unit."""
+    release = exact_release()
+    release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
+    release.ByPerson("person", keys={"url": "string"})  # purchases, say: the same unit
+    with pytest.raises(dp.ReleaseError, match="protects persons identified by 'person'"):
+        release.ByPerson("device", keys={"domain": "string"})
+    with pytest.raises(dp.ReleaseError, match=r"not 'person' \('int'\): one release has one"):
+        release.ByPerson("person", person_type="int")
+    unit = release.manifest()["privacy_unit"]
+    assert (unit["person_column"], unit["person_type"]) == ("person", "string")
