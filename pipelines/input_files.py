@@ -202,17 +202,26 @@ def _metadata_families(
         if header is None:
             return None  # a file with no bytes has no rows
         _duplicated(header, names, path)
-        _all_present(header, names, path)
+        # A first line naming none of the job's columns may be a data row (a file without a
+        # header): its fields are then never shown.
+        _all_present(header, names, path, shown=any(n in header for n in names))
         return {n: "declared" for n in names}
     return None
 
 
-def _all_present(present: list[str], names: list[str], path: str) -> None:
+def _all_present(present: list[str], names: list[str], path: str, *, shown: bool = True) -> None:
     """A column the job file names but the file lacks: refused naming the file's own columns
-    (schema metadata, never values), at most 30 of them, and the closest spelling."""
+    (schema metadata, never values), at most 30 of them, and the closest spelling — unless not
+    ``shown`` (a CSV first line that may be data): then only how many fields it has."""
     missing = [n for n in names if n not in present]
     if not missing:
         return
+    if not shown:
+        raise SchemaError(
+            f"input file {path}: its first line ({len(present)} fields) names none of the job "
+            f"file's columns ({', '.join(map(repr, names))}); a CSV file's first line must be "
+            "its header (the fields are not shown: without a header they would be a row's values)"
+        )
     shown = ", ".join(map(repr, present[:30])) + (
         f" … ({len(present)} in all)" * (len(present) > 30)
     )

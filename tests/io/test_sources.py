@@ -101,6 +101,15 @@ def test_missing_column(tmp_path: Path, fmt: str) -> None:
         inspect_inputs(str(tmp_path / f"x.{fmt}"), fmt, COLUMNS)
 
 
+def test_a_csv_without_its_header_never_shows_its_first_row(tmp_path: Path) -> None:
+    """A first line naming none of the job's columns may be a person's row: never echoed."""
+    secret = "alice.smith@example.com"
+    (tmp_path / "x.csv").write_text(f"{secret},a.example,1.0\nbob,b.example,2.0\n")
+    with pytest.raises(SchemaError, match=r"its first line \(3 fields\) names none") as e:
+        inspect_inputs(str(tmp_path / "x.csv"), "csv", COLUMNS)
+    assert secret not in str(e.value) and "a.example" not in str(e.value)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "avro"])
 def test_float_person_ids_are_refused(tmp_path: Path, fmt: str) -> None:
     write_rows(tmp_path / f"x.{fmt}", [{**r, "person_id": r["person_id"] + 0.5} for r in ROWS], fmt)
