@@ -222,13 +222,13 @@ def _all_present(present: list[str], names: list[str], path: str, *, shown: bool
             f"file's columns ({', '.join(map(repr, names))}); a CSV file's first line must be "
             "its header (the fields are not shown: without a header they would be a row's values)"
         )
-    shown = ", ".join(map(repr, present[:30])) + (
+    listed = ", ".join(map(repr, present[:30])) + (
         f" … ({len(present)} in all)" * (len(present) > 30)
     )
     near = difflib.get_close_matches(missing[0], present, n=1)
     raise SchemaError(
         f"input file {path}: column {missing[0]!r} (named in the job file) is missing; the file's "
-        f"columns are {shown or '(none)'}" + (f" — did you mean {near[0]!r}?" if near else "")
+        f"columns are {listed or '(none)'}" + (f" — did you mean {near[0]!r}?" if near else "")
     )
 
 
