@@ -70,3 +70,22 @@ def check_private_paths(output: str, private: Mapping[str, str | None], source: 
                 "for the operator only (raw rows, secrets or the ledger) — move one of them",
                 source,
             )
+
+
+def check_input_files_outside(output: str, files: list[str] | tuple[str, ...], source: str) -> None:
+    """Refuses input files that lie inside ``output`` — the files a glob matched, not only its
+    root: ``data/*/*.parquet`` with output ``data/week=3/`` passes the job file's check, and
+    publishing would hand the raw files in ``data/week=3/`` to the release's readers (and the
+    next run would read its own outputs). File paths are configuration, never data."""
+    out = _canonical(output)
+    inside = [f for f in files if _canonical(f).startswith(out)]
+    if inside:
+        raise ConfigError(
+            "input.path",
+            inside[0],
+            "input files outside output.path",
+            f"{len(inside)} of the {len(files)} input files lie inside output.path {output!r}, "
+            "which is published whole to the release's readers — move the output or narrow "
+            "the input's pattern",
+            source,
+        )

@@ -35,6 +35,7 @@ from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_re
 
 from . import charging
 from .config import JobConfig
+from .config_paths import check_input_files_outside
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
@@ -121,6 +122,7 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
         job.input.declared_types(),
         job.input.compression or "auto",
     )
+    check_input_files_outside(job.output.path, schema.files, job.source)
     plan = plan_release(job)  # imports user functions: a missing one is a ConfigError here
     check_public_keys(job, schema)
     if job.ledger is not None:  # a path the period rule misses is a job mistake: refuse it here,

@@ -16,6 +16,8 @@ from userdp.pipelines.generate import generate
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 WEEKS = ("2025-W01", "2025-W02", "2025-W03")
+PERSONS = '[[queries]]\nname = "persons"\nmetric = "persons"\n'
+
 
 JOB = """
 [input]
@@ -160,3 +162,18 @@ def test_an_input_path_without_its_period_is_a_job_error_exit_2(
     err = capsys.readouterr().err
     assert "ledger.period_rule = 'month=" in err and "does not match the period rule" in err
     assert "charging the ledger" not in err  # refused with the other checks, before the ledger
+
+
+def test_input_files_a_glob_matches_inside_the_output_are_refused(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The glob's root (data/) is outside the output, but the files it matches in
+    data/week=W01/ are not: publishing would hand them to the release's readers."""
+    job = weekly / "into-input.toml"
+    text = JOB.format(week=WEEKS[0], release_id="into", epsilon="1").split("[ledger]")[0]
+    text = text.replace(f"data/week={WEEKS[0]}/*.parquet", "data/*/*.parquet")
+    job.write_text(text.replace(f"release/{WEEKS[0]}/", f"data/week={WEEKS[0]}/") + PERSONS)
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "input.path = " in err and "1 of the 3 input files lie inside output.path" in err
+    assert not (weekly / "data" / f"week={WEEKS[0]}" / "manifest.json").exists()
