@@ -114,6 +114,8 @@ def _canonical_person(
     reasons.append((~_mask(pc.is_valid(ids)), "null or empty person id"))
     if pa.types.is_integer(ids.type):
         return pc.cast(ids, pa.string())
+    if pa.types.is_null(ids.type):  # a file whose ids are all null (pyarrow typed it null)
+        return pc.cast(ids, pa.string())
     if not _is_text(ids):
         raise TypeError(f"person column {person!r} has type {ids.type}; the schema check missed it")
     reasons.append((_mask(pc.equal(pc.binary_length(ids), 0)), "null or empty person id"))
@@ -153,6 +155,10 @@ def split_table(
         if _is_text(col) and not pa.types.is_string(target):
             col, ok = _parse_text(col, target)
             reasons.append((~ok, f"key type mismatch in {name}"))
+        elif pa.types.is_uint64(col.type) and pa.types.is_integer(target):  # past int64: its row
+            big = pc.greater(col, pa.scalar(2**63 - 1, pa.uint64()))
+            reasons.append((_mask(big), f"key type mismatch in {name}"))
+            col = pc.if_else(big, pa.scalar(0, pa.uint64()), col)
         out[name] = pc.cast(col, target)
     for name in numbers:
         col = table.column(name)

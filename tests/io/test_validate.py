@@ -99,6 +99,21 @@ def test_numbers_nan_null_inf_and_keys() -> None:
     ]  # fmt: skip
 
 
+def test_a_uint64_key_past_int64_and_an_all_null_person_column_are_dead_letters() -> None:
+    """Parquet holds both (uint64 keys; a column pyarrow typed null because every id was null):
+    one row's value must make a dead letter, not a crash of the run."""
+    big = pa.array([2**64 - 1, 5], pa.uint64())
+    keys = pa.table({"person_id": pa.array([1, 2], pa.int64()), "k": big, "duration_s": [1.0, 2.0]})
+    clean, dead = split_table(keys, "person_id", "int", {"k": pa.int64()}, ["duration_s"])
+    assert clean.column("k").to_pylist() == [5]
+    assert [d["reason"] for d in dead] == ["key type mismatch in k"]
+    nulls = pa.table({"person_id": pa.nulls(3), "domain": ["a"] * 3, "duration_s": [1.0] * 3})
+    for person_type in ("int", "string"):
+        clean, dead = _split(nulls, person_type)
+        assert clean.num_rows == 0
+        assert [d["reason"] for d in dead] == ["null or empty person id"] * 3
+
+
 def test_constructor_validates() -> None:
     with pytest.raises(ValueError, match="person_type must be 'int' or 'string', received 'float'"):
         ValidateRows("p", "float")
