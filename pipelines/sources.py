@@ -213,6 +213,7 @@ def records_to_table(
     lines: Sequence[bytes] | None = None,
     *,
     absent_is_named: bool = False,
+    target: pa.Schema | None = None,
 ) -> pa.Table:
     """Slow path: Python records (JSON/Avro) → a text raw table with a ``__reject__`` column.
 
@@ -226,9 +227,10 @@ def records_to_table(
 
     A value whose JSON/Avro type is not the column's declared type is never coerced: the row gets
     a reject reason and its raw text (``json.dumps`` for non-strings, so ``1`` and ``"1"`` stay
-    distinguishable for the operator).
+    distinguishable for the operator). ``target``: the columns' types when not the schema's
+    (an Avro file's own type for the person column).
     """
-    target = schema.arrow_schema()
+    target = target or schema.arrow_schema()
     cols: dict[str, list[str | None]] = {c: [] for c in schema.columns}
     rejects: list[str | None] = []
     for record in records:
@@ -343,6 +345,16 @@ class _ReadFile(beam.DoFn):
         fields = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
         single = all(len(fields[c]) == 1 for c in self._schema.columns)
         target = self._schema.arrow_schema()
+        # The person column is read in the file's own type, as from Parquet: the declared
+        # person_type says only how text ids are canonicalised (validate.py), so long ids under
+        # person_type "string" (or text ids under "int") are ids, not type mismatches.
+        person = self._schema.person
+        own = fields[person][0] if fields[person] else None
+        if own in ("integer", "string"):
+            i = target.get_field_index(person)
+            target = target.set(
+                i, pa.field(person, pa.int64() if own == "integer" else pa.string())
+            )
         chunk: list[Any] = []
         for record in reader:
             chunk.append(record)
@@ -360,7 +372,7 @@ class _ReadFile(beam.DoFn):
                 )
             except (pa.ArrowException, UnicodeEncodeError):
                 pass  # the same rows, value by value: the same result for every valid row
-        return records_to_table(records, self._schema)
+        return records_to_table(records, self._schema, target=target)
 
 
 class _ReadParquetRowGroup(beam.DoFn):

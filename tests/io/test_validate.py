@@ -211,6 +211,31 @@ def test_malformed_csv_corpus(tmp_path: Path) -> None:
     }
 
 
+AVRO_IDS = [([1, 2, 2], "long", "string"), (["1", "02", "2"], "string", "int")]
+
+
+@pytest.mark.parametrize(("ids", "avro", "declared"), AVRO_IDS)
+def test_avro_ids_under_a_declared_person_type_read_as_parquet_ids(
+    tmp_path: Path, ids: list[Any], avro: str, declared: str
+) -> None:
+    """The declared person_type only says how text ids are canonicalised: long ids under
+    "string" (text ids under "int") are ids, as from Parquet — not a release of dead letters."""
+    schema = {"type": "record", "name": "r", "fields": [
+        {"name": "person_id", "type": avro}, {"name": "domain", "type": "string"},
+        {"name": "duration_s", "type": "double"}]}  # fmt: skip
+    rows = [{"person_id": p, "domain": "a", "duration_s": 1.0} for p in ids]
+    with open(tmp_path / "x.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(schema), rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet")
+    people = {}
+    for fmt in ("avro", "parquet"):
+        found = inspect_inputs(str(tmp_path / f"x.{fmt}"), fmt, COLUMNS, {"person_id": declared})
+        clean, dead = run_read_validate(found, str(tmp_path / f"run-{fmt}"))
+        assert dead == [], fmt
+        people[fmt] = sorted(clean.column("__person__").to_pylist())
+    assert people["avro"] == people["parquet"] == ["1", "2", "2"]
+
+
 def test_avro_union_ids_and_dictionary_parquet(tmp_path: Path) -> None:
     schema = {
         "type": "record",
