@@ -69,28 +69,51 @@ def _remove_dirs(created: list[str]) -> None:
     for d in reversed(created):
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            continue  # already removed (a concurrent launcher): its parent may still be ours
         except OSError:
             return  # not empty any more: someone else uses it
 
 
+PROBE_ATTEMPTS = 5
+
+
 def probe_writable(directory: str, what: str) -> None:
     """Proves that files can be created in ``directory`` (creating and removing a probe file),
-    and leaves no trace: directories it had to create are removed again."""
-    probe = FileSystems.join(directory, _PROBE)
-    created: list[str] = []
-    try:
-        created = _make_dirs(directory)
-        with FileSystems.create(probe) as f:
-            f.write(b"")
-        FileSystems.delete([probe])
-    except Exception as e:
-        raise OutputLocationError(
-            f"{what} {directory!r} cannot be written ({_reason(e)}): check that it is a "
-            "directory (not under a regular file), that it exists or can be created, and that "
-            "this user may write to it"
-        ) from None
-    finally:
-        _remove_dirs(created)
+    and leaves no trace: directories it had to create are removed again.
+
+    Launchers may probe the same new directory at once (scheduled runs sharing a dead-letter or
+    release parent): each uses its own probe file, and one whose directory another launcher
+    removed meanwhile (``FileNotFoundError``) tries again, ``PROBE_ATTEMPTS`` times in all."""
+    for attempt in range(PROBE_ATTEMPTS):
+        probe = FileSystems.join(directory, f"{_PROBE}-{secrets.token_hex(6)}")
+        created: list[str] = []
+        try:
+            created = _make_dirs(directory)
+            with FileSystems.create(probe) as f:
+                f.write(b"")
+            FileSystems.delete([probe])
+            return
+        except Exception as e:
+            if _vanished(e) and attempt + 1 < PROBE_ATTEMPTS:
+                continue
+            raise OutputLocationError(
+                f"{what} {directory!r} cannot be written ({_reason(e)}): check that it is a "
+                "directory (not under a regular file), that it exists or can be created, and "
+                "that this user may write to it"
+            ) from None
+        finally:
+            _remove_dirs(created)
+
+
+def _vanished(e: BaseException) -> bool:
+    """A local directory removed under us (or Beam's wrapper of that error)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, FileNotFoundError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "No such file or directory" in str(e)
 
 
 def staging_parent(output: str) -> str:
