@@ -40,7 +40,8 @@ def release_periods(cfg: LedgerConfig, files: Sequence[str]) -> tuple[str, ...]:
     if cfg.period_rule is not None:
         try:
             return periods_from_paths(files, cfg.period_rule)
-        except LedgerError as e:  # a job or input mistake (exit 2), not a ledger refusal (3)
+        except (LedgerError, ValueError) as e:  # a job or input mistake (exit 2), not a ledger
+            # refusal (3): a path the rule misses, or a period it finds empty or unusable
             raise ConfigError(
                 "ledger.period_rule", cfg.period_rule, "a rule that every input path matches",
                 f"{e}; name each input file by its period, e.g. logs/week=2025-W03/part-0.parquet",

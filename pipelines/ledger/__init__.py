@@ -25,6 +25,7 @@ import os
 from .errors import (
     CapExceededError,
     IncompatibleCostError,
+    LedgerCorruptError,
     LedgerError,
     LedgerPermissionError,
     LedgerSchemaError,
@@ -65,6 +66,7 @@ __all__ = [
     "IncompatibleCostError",
     "InputFile",
     "InputFingerprint",
+    "LedgerCorruptError",
     "LedgerError",
     "LedgerPermissionError",
     "LedgerSchemaError",

@@ -50,3 +50,8 @@ class LedgerPermissionError(LedgerError):
 
 class LedgerSchemaError(LedgerError):
     """The ledger's schema is newer than this userdp, or the ledger cannot be opened."""
+
+
+class LedgerCorruptError(LedgerError):
+    """A stored value the ledger cannot read (an edited or damaged file): a ledger that cannot be
+    used, refused like any other (``userdp run`` exit 3), never a crash."""

@@ -34,7 +34,7 @@ from userdp.transforms.mechanisms.accounting import (
     zcdp_to_approx,
 )
 
-from .errors import IncompatibleCostError
+from .errors import IncompatibleCostError, LedgerCorruptError
 
 CapKind = Literal["approx", "zcdp"]
 CAP_KINDS: tuple[CapKind, ...] = ("approx", "zcdp")
@@ -64,7 +64,9 @@ def from_text(text: object, what: str = "stored amount") -> Fraction:
     """Inverse of :func:`to_text`; anything else is a corrupt ledger and is refused."""
     m = _RATIONAL.fullmatch(text) if isinstance(text, str) else None
     if m is None:
-        raise ValueError(f"{what} {text!r} is not an exact rational 'p/q': the ledger is corrupt")
+        raise LedgerCorruptError(
+            f"{what} {text!r} is not an exact rational 'p/q': the ledger is corrupt"
+        )
     return Fraction(int(m.group(1)), int(m.group(2)))
 
 

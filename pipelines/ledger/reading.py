@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from userdp.transforms.mechanisms.rng import SECRET_BYTES
 
+from .errors import LedgerCorruptError
 from .model import Amount, CapKind, Cost, from_text
 from .records import AccountStatus, Event, ReleaseRecord, ScopeStatus
 
@@ -42,12 +43,19 @@ class ScopeRow:
 
 
 def _amount(kind: CapKind, main: object, delta: object, what: str) -> Amount:
-    return Amount(kind, from_text(main, f"{what} ε/ρ"), from_text(delta, f"{what} δ"))
+    try:
+        return Amount(kind, from_text(main, f"{what} ε/ρ"), from_text(delta, f"{what} δ"))
+    except LedgerCorruptError:
+        raise
+    except ValueError as e:  # e.g. a negative amount written by hand
+        raise LedgerCorruptError(f"{what}: {e}: the ledger is corrupt") from None
 
 
 def _kind(value: object) -> CapKind:
     if value not in ("approx", "zcdp"):
-        raise ValueError(f"stored kind {value!r} is not approx or zcdp: the ledger is corrupt")
+        raise LedgerCorruptError(
+            f"stored kind {value!r} is not approx or zcdp: the ledger is corrupt"
+        )
     return value
 
 
@@ -103,6 +111,15 @@ _RELEASE_SQL = (
 
 
 def _release(r: Row, kind: CapKind, periods: tuple[str, ...]) -> ReleaseRecord:
+    try:
+        return _release_record(r, kind, periods)
+    except LedgerCorruptError:
+        raise
+    except (ValueError, TypeError) as e:  # a cost kind, an amount or the outputs' JSON
+        raise LedgerCorruptError(f"release {r[0]!r}: {e}: the ledger is corrupt") from None
+
+
+def _release_record(r: Row, kind: CapKind, periods: tuple[str, ...]) -> ReleaseRecord:
     rid = r[0]
     return ReleaseRecord(
         rid,
@@ -140,7 +157,9 @@ def load_release(
         (raw,) = tx.one("SELECT secret FROM ledger_releases WHERE release_id = ?", (rid,)) or (b"",)
         secret = bytes(raw)
     if with_secret and len(secret) != SECRET_BYTES:
-        raise ValueError(f"release {rid!r} has a {len(secret)}-byte secret: the ledger is corrupt")
+        raise LedgerCorruptError(
+            f"release {rid!r} has a {len(secret)}-byte secret: the ledger is corrupt"
+        )
     return _release(r, _kind(kind_row[0]), _release_periods(tx, rid)), secret
 
 

@@ -6,7 +6,13 @@ from fractions import Fraction
 
 import pytest
 
-from userdp.pipelines.ledger import Amount, Cost, IncompatibleCostError, count_against
+from userdp.pipelines.ledger import (
+    Amount,
+    Cost,
+    IncompatibleCostError,
+    LedgerCorruptError,
+    count_against,
+)
 from userdp.pipelines.ledger.model import check_name, from_text, show, to_text
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_to_approx
 
@@ -16,7 +22,7 @@ def test_rationals_are_stored_as_exact_p_over_q_text() -> None:
         assert from_text(to_text(x)) == x
     assert to_text(Fraction(2)) == "2/1" and to_text(Fraction(-1, 10)) == "-1/10"
     for bad in ("0.1", "1e-6", "1/0", "1", "", None, 0.5, "1/3 "):
-        with pytest.raises(ValueError, match="not an exact rational 'p/q': the ledger is corrupt"):
+        with pytest.raises(LedgerCorruptError, match="not an exact rational 'p/q': the ledger is"):
             from_text(bad)
     assert show(Fraction(1, 3)) == "1/3 (≈0.3333333333)" and show(Fraction(4)) == "4"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,11 @@ def test_an_input_path_without_its_period_is_a_job_error_exit_2(
     err = capsys.readouterr().err
     assert "ledger.period_rule = 'month=" in err and "does not match the period rule" in err
     assert "charging the ledger" not in err  # refused with the other checks, before the ledger
+    # a rule that can match nothing (an empty period): the same kind of mistake
+    job.write_text(job.read_text().replace("month=(?P<period>", "(?P<period>x*)(?P<rest>"))
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "ledger.period_rule = '(?P<period>x*)" in err and "bug in userdp" not in err
 
 
 def test_input_files_a_glob_matches_inside_the_output_are_refused(
@@ -177,3 +183,29 @@ def test_input_files_a_glob_matches_inside_the_output_are_refused(
     err = capsys.readouterr().err
     assert "input.path = " in err and "1 of the 3 input files lie inside output.path" in err
     assert not (weekly / "data" / f"week={WEEKS[0]}" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ("UPDATE ledger_scopes SET spent_main = '-5/1'", "the ledger is corrupt"),
+        ("UPDATE ledger_scopes SET spent_main = 'abc'", "the ledger is corrupt"),
+        ("UPDATE ledger_releases SET secret = x'00'", "1-byte secret: the ledger is corrupt"),
+    ],
+)
+def test_a_hand_edited_ledger_is_refused_exit_3_not_a_crash(
+    tmp_path: Path, weekly: Path, edit: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "edited"
+    root.mkdir()
+    (root / "data").symlink_to(weekly / "data")
+    assert ledger(root, "set-cap", "--scope", "logs", "--epsilon", "9") == 0
+    assert ledger(root, "set-cap", "--scope", "logs", "--each-period", "--epsilon", "9") == 0
+    job = write_job(root, WEEKS[0], "first")
+    assert main(["run", str(job)]) == 0
+    with sqlite3.connect(root / "ledger.sqlite") as db:
+        db.execute(edit)
+    capsys.readouterr()
+    assert main(["run", str(job)]) == 3  # a re-run reads its release and the scope
+    err = capsys.readouterr().err
+    assert says in err and "bug in userdp" not in err
