@@ -12,7 +12,9 @@ Exit codes of ``userdp run`` (and the others where they apply):
   is read) after, in which case nothing was published and the charge was taken back;
 - 3: the budget ledger refused the release (nothing ran) or cannot be used;
 - 1: the run itself failed (a full disk, a worker lost, a bug): nothing was published unless the
-  message says publishing failed part-way; what became of the ledger's charge is printed.
+  message says publishing failed part-way; what became of the ledger's charge is printed;
+- 130 / 143: interrupted by Ctrl-C / SIGTERM: cleaned up, and the message says when and what
+  became of the charge (taken back if nothing was published).
 
 No message contains a data value. Library messages and tracebacks, which may, go to an
 operator-only log file (:mod:`.private_log`) whose path is printed.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,8 +145,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    with PrivateLog() as log:
-        code = _run_logged(args, log)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with PrivateLog() as log:
+            code = _run_logged(args, log)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if log.path is not None:
         print(
             f"userdp run: library messages and details (they may quote private data; for the "
@@ -158,13 +165,47 @@ _CHARGE = {
     "kept": "the ledger's charge is kept: re-run with --release-id {rid} to finish without a "
     "new charge",
     "none": "nothing was published",
+    "partial": "check what was published with `userdp verify`, and run again",
 }
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler stopping the launcher), raised in the main thread like Ctrl-C, so a
+    run is cleaned up and says what became of its charge instead of vanishing mid-step."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _interrupted_code(e: BaseException) -> int:
+    """128 + the signal's number, as shells report a process a signal stopped."""
+    return 128 + (signal.SIGTERM if _terminated(e) else signal.SIGINT)
+
+
+def _interruption(e: KeyboardInterrupt, after_checks: type[Any]) -> str:
+    """When the run stopped and what became of its charge (``after_checks``: job.RunInterrupted,
+    raised once the run was cleaned up; any other interrupt came before the pipeline ran)."""
+    if isinstance(e, after_checks):
+        return f"interrupted {e.when}; {_CHARGE[e.charge].format(rid=e.release_id)}"
+    return (
+        "interrupted before the pipeline ran; nothing was published (`userdp ledger history` "
+        "lists any charge)"
+    )
+
+
+def _terminated(e: BaseException | None) -> bool:
+    while e is not None:
+        if isinstance(e, _Terminated):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _run_logged(args: argparse.Namespace, log: Any) -> int:
     from userdp.transforms.keys import KeyFileError  # noqa: PLC0415
 
-    from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
+    from .job import ReleaseRunError, RunInterrupted, run_release  # noqa: PLC0415 (Beam: lazily)
     from .ledger import LedgerError  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
     from .publish import OutputLocationError  # noqa: PLC0415
@@ -182,6 +223,9 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
     except LedgerError as e:  # refused before anything ran (or a ledger that cannot be used)
         print(f"userdp run: {e}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
+        print(f"userdp run: {_interruption(e, RunInterrupted)}", file=sys.stderr)
+        return _interrupted_code(e)
     except ReleaseRunError as e:
         log.exception(e)
         text, charge = str(e), _CHARGE[e.charge].format(rid=e.release_id)

@@ -64,11 +64,22 @@ __all__ = [
     "OutputLocationError",
     "ReleaseResult",
     "ReleaseRunError",
+    "RunInterrupted",
     "build_pipeline",
     "default_shards",
     "required_columns",
     "run_release",
 ]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or SIGTERM, which the CLI turns into one) after its checks,
+    cleaned up: ``when`` it stopped, and ``charge`` as for :class:`ReleaseRunError` (``partial``:
+    no ledger, and publishing had begun)."""
+
+    def __init__(self, when: str, charge: str, release_id: str | None) -> None:
+        super().__init__(when)
+        self.when, self.charge, self.release_id = when, charge, release_id
 
 
 @dataclass(frozen=True)
@@ -282,8 +293,7 @@ def run_release(
         raise
     layout = output_layout(job, c.schema)
     rid = reservation.release_id if reservation is not None else None
-    n_files = sum(f.shards for f in layout.values())
-    files_text = f"{n_files} output file{'s' * (n_files != 1)}"
+    files_text = _files_text(layout)
     try:
         with progress.running(f"running the pipeline on {job.runner.name} ({files_text})"):
             files = _run_into_staging(
@@ -293,8 +303,10 @@ def run_release(
         staging.discard()
         settle_failed_dead_letters(job.input.dead_letter)
         charge = _refund(job, reservation)
+        if isinstance(e, KeyboardInterrupt):  # cleaned up; the CLI says what became of it
+            raise RunInterrupted("while the pipeline ran", charge, rid) from e
         if not isinstance(e, Exception):
-            raise  # KeyboardInterrupt and the like: cleaned up, then passed on
+            raise  # SystemExit and the like: cleaned up, then passed on
         found = input_error_message(e)
         message = found or f"the pipeline failed ({type(e).__name__}); nothing was published"
         if isinstance(e, OutputLocationError):  # the run ended without writing an output
@@ -305,16 +317,47 @@ def run_release(
             charge=charge,
             release_id=rid,
         ) from e
-    report = _stage_report(c, staging, layout, job.output.format, progress)
-    manifest = _manifest(c, layout, files, reservation, report)
+    return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
+
+
+def _files_text(layout: Mapping[str, QueryFiles]) -> str:
+    n = sum(f.shards for f in layout.values())
+    return f"{n} output file{'s' * (n != 1)}"
+
+
+def _publish(
+    job: JobConfig,
+    c: _Checked,
+    staging: Staging,
+    layout: Mapping[str, QueryFiles],
+    files: Mapping[str, Any],
+    *,
+    reservation: Reservation | None,
+    progress: Progress,
+) -> ReleaseResult:
+    """Steps 4–5: the report and the manifest, the re-run check, then publishing and recording
+    the charge as complete. Interrupted before publishing, the staged outputs are discarded and
+    the charge taken back (nothing left the staging directory)."""
+    rid = reservation.release_id if reservation is not None else None
+    files_text = _files_text(layout)
     try:
+        report = _stage_report(c, staging, layout, job.output.format, progress)
+        manifest = _manifest(c, layout, files, reservation, report)
         _refuse_changed_rerun(job, reservation, manifest)
-    except BaseException:
-        staging.discard()
+    except BaseException as e:
+        staging.discard()  # nothing was published: the outputs were only staged
+        if isinstance(e, KeyboardInterrupt):
+            raise RunInterrupted("before publishing", _refund(job, reservation), rid) from e
         raise
     progress.stage(f"publishing {files_text} and the manifest in {job.output.path}")
     try:
         published = staging.publish(layout, manifest, extra=(REPORT,) if report else ())
+    except KeyboardInterrupt as e:
+        raise RunInterrupted(
+            "while publishing (the directory may lack its manifest: no complete release)",
+            "kept" if reservation is not None else "partial",
+            rid,
+        ) from e
     except Exception as e:
         raise ReleaseRunError(
             f"publishing the outputs in {job.output.path} failed ({type(e).__name__}): the "

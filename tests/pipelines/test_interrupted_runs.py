@@ -1,0 +1,90 @@
+"""A run stopped by Ctrl-C or SIGTERM after its checks: cleaned up, and it says so.
+
+Before, Ctrl-C between the pipeline and publishing (the report's imports take seconds) printed a
+raw traceback, left the staged outputs beside the release and said nothing of the charge; SIGTERM
+(how schedulers stop a job) ended the launcher mid-step with no clean-up at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from userdp.pipelines import job as job_module
+from userdp.pipelines.cli import main
+from userdp.pipelines.generate import generate
+
+JOB = """
+[input]
+path = "data/*.parquet"
+person = "person_id"
+
+[budget]
+epsilon = 1.0
+
+[output]
+path = "release/"
+
+[ledger]
+path = "ledger.sqlite"
+scope = "logs"
+release_id = "r1"
+
+[[queries]]
+name = "persons"
+metric = "persons"
+"""
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    generate(30, str(tmp_path / "data" / "logs.parquet"), seed=1)
+    (tmp_path / "job.toml").write_text(JOB)
+    cap = ["ledger", "set-cap", "--ledger", str(tmp_path / "ledger.sqlite"), "--scope", "logs"]
+    assert main([*cap, "--epsilon", "5"]) == 0
+    return tmp_path
+
+
+def _spent(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert main(["ledger", "show", "--ledger", str(root / "ledger.sqlite")]) == 0
+    return capsys.readouterr().out
+
+
+def test_ctrl_c_before_publishing_discards_the_staged_outputs_and_takes_the_charge_back(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_module, "_stage_report", interrupted)
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before publishing; nothing was published; the ledger's charge was " in err
+    assert "Traceback" not in err
+    assert not [p.name for p in job_dir.iterdir() if "staging" in p.name]
+    assert not (job_dir / "release" / "manifest.json").exists()
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_sigterm_while_the_pipeline_runs_is_cleaned_up_like_ctrl_c(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def terminated(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler stops the launcher
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(job_module, "_run_into_staging", terminated)
+    monkeypatch.chdir(job_dir)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["run", "job.toml"]) == 143
+    err = capsys.readouterr().err
+    assert "interrupted while the pipeline ran; nothing was published; the ledger's charge" in err
+    assert signal.getsignal(signal.SIGTERM) == before  # the CLI's handler is its own business
+    assert not [p.name for p in job_dir.iterdir() if "staging" in p.name]
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
