@@ -294,14 +294,18 @@ def _read_file_metadata(
     return families, groups
 
 
+def error_kind(e: BaseException) -> str:
+    """An exception's type, qualified where its bare name says little (``zlib.error``)."""
+    kind, module = type(e).__name__, type(e).__module__
+    return kind if module in ("builtins", "pyarrow.lib") else f"{module}.{kind}"
+
+
 def _unreadable(
     path: str, fmt: str, names: list[str], compression: str, e: BaseException
 ) -> SchemaError:
     # The reader's own message may quote data: only its type is shown.
     codec = codec_of(path, compression)
-    kind = type(e).__name__
-    if type(e).__module__ not in ("builtins", "pyarrow.lib"):
-        kind = f"{type(e).__module__}.{kind}"  # zlib.error, not "error"
+    kind = error_kind(e)
     return SchemaError(
         f"input file {path}: cannot be read as {fmt}"
         + ("" if codec == "none" else f" compressed with {codec}")

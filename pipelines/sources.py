@@ -49,6 +49,7 @@ from .input_files import (
     arrow_family,
     avro_families,
     csv_header,
+    error_kind,
     inspect_inputs,
 )
 from .input_listing import SchemaError
@@ -66,6 +67,7 @@ __all__ = [
 
 CHUNK_ROWS = 100_000
 INPUT_ERROR_MARK = "[userdp input file] "
+INPUT_ERROR_END = " [end]"  # the sentence's end, whatever quoting a runner wraps it in
 
 
 class InputFileError(RuntimeError):
@@ -74,15 +76,16 @@ class InputFileError(RuntimeError):
     inside whatever a runner wraps it in (:func:`input_error_message`)."""
 
     def __init__(self, path: str, what: str, error: BaseException | None = None) -> None:
-        kind = f" ({type(error).__name__})" if error is not None else ""
-        super().__init__(f"{INPUT_ERROR_MARK}input file {path}: {what}{kind}")
+        kind = f" ({error_kind(error)})" if error is not None else ""
+        super().__init__(f"{INPUT_ERROR_MARK}input file {path}: {what}{kind}{INPUT_ERROR_END}")
 
 
 def input_error_message(error: BaseException) -> str | None:
     """The :class:`InputFileError` sentence inside a pipeline failure, or None if there is none.
 
     Runners re-raise worker errors as their own exceptions whose text embeds the original one (and
-    its traceback); only our marked sentence is taken from it, up to the end of its line.
+    its traceback); only our marked sentence is taken from it, up to its end mark (a file name may
+    hold a quote, so the runner's quoting cannot mark the end).
     """
     seen: set[int] = set()
     e: BaseException | None = error
@@ -91,7 +94,9 @@ def input_error_message(error: BaseException) -> str | None:
         text = str(e)
         at = text.find(INPUT_ERROR_MARK)
         if at >= 0:
-            return text[at + len(INPUT_ERROR_MARK) :].split("\n", 1)[0].split("'", 1)[0]
+            rest = text[at + len(INPUT_ERROR_MARK) :]
+            end = rest.find(INPUT_ERROR_END)
+            return rest[:end] if end >= 0 else rest.split("\n", 1)[0]
         e = e.__cause__ or e.__context__
     return None
 

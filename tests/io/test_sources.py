@@ -248,3 +248,17 @@ def test_messages_hold_no_data_values(tmp_path: Path) -> None:
     assert secret not in str(info.value)
     assert "3.25" not in str(info.value)
     assert os.path.basename(str(tmp_path / "x.avro")) in str(info.value)
+
+
+def test_an_input_error_is_found_whole_inside_a_runners_wrapping() -> None:
+    """Runners re-raise a worker's error inside their own, quoting it: the file's name may hold
+    a quote itself, so the sentence ends at its own mark, not at the first quote."""
+    import zlib  # noqa: PLC0415
+
+    from userdp.pipelines.sources import InputFileError, input_error_message  # noqa: PLC0415
+
+    inner = InputFileError("/data/o'brien logs.jsonl.gz", "truncated", zlib.error("x"))
+    wrapped = RuntimeError(f"Error while running {inner!r} [while running 'Read']\nTraceback")
+    assert input_error_message(wrapped) == (
+        "input file /data/o'brien logs.jsonl.gz: truncated (zlib.error)"
+    )
