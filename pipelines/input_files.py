@@ -206,6 +206,9 @@ def _metadata_families(
         # header): its fields are then never shown.
         _all_present(header, names, path, shown=any(n in header for n in names))
         return {n: "declared" for n in names}
+    if codec_of(path, compression) != "none":  # JSONL: no header, but a compressed file whose
+        with open_input(path, compression) as f:  # start does not decompress is refused now,
+            f.read(1)  # before the charge, as a CSV's header is (nothing read is shown)
     return None
 
 

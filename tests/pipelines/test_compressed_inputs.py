@@ -132,6 +132,11 @@ def test_misuse_is_refused_by_name_before_anything_runs(
     refused = r"read as csv compressed with gzip \(zlib\.error\); allowed"
     with pytest.raises(SchemaError, match=refused):
         run_release(parse(tmp_path, liar), release_key=KEY)
+    # the same for JSONL, which has no header: its first bytes are decompressed all the same
+    liar = tmp_path / "plain.jsonl.gz"
+    liar.write_bytes(plain["jsonl"].read_bytes())
+    with pytest.raises(SchemaError, match=r"read as jsonl compressed with gzip \(zlib\.error\)"):
+        run_release(parse(tmp_path, liar, format="jsonl"), release_key=KEY)
     assert not (tmp_path / "release").exists()
 
 
