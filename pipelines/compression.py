@@ -2,10 +2,10 @@
 
 ``[input] compression`` names the codec of every input file, or ``"auto"`` (the default): each
 file's codec follows its extension, as Beam's ``CompressionTypes.AUTO`` does — ``.gz`` gzip,
-``.bz2`` bzip2, ``.zst``/``.zstd`` Zstandard, ``.deflate`` raw deflate, ``.xz``/``.lzma`` LZMA,
-anything else uncompressed. Each file is read through Beam's ``FileSystems`` (any filesystem) and
-decompressed as a stream on the worker that reads it (one file, one worker: a compressed file
-cannot be split).
+``.bz2`` bzip2, ``.zst``/``.zstd`` Zstandard, ``.deflate`` deflate (zlib-wrapped, as Beam writes
+it, or raw), ``.xz``/``.lzma`` LZMA, anything else uncompressed. Each file is read through
+Beam's ``FileSystems`` (any filesystem) and decompressed as a stream on the worker that reads
+it (one file, one worker: a compressed file cannot be split).
 
 **A truncated archive is an error, not a short file.** Beam's own decompressing reader stops
 quietly where a cut-off file ends, dropping every row after the cut; :class:`Decompressed` checks
@@ -84,10 +84,39 @@ def refusal(path: str, fmt: str, compression: str) -> str | None:
     )
 
 
+class _Deflate:
+    """A ``.deflate`` stream in either form: zlib-wrapped, as Beam and Hadoop write it (a 2-byte
+    header whose check bits make it a multiple of 31, RFC 1950), or raw deflate (RFC 1951).
+    The form is told by the header's first two bytes, before anything is decompressed."""
+
+    def __init__(self) -> None:
+        self._d: Any = None
+
+    def decompress(self, block: bytes) -> bytes:
+        if self._d is None:
+            zlib_header = (
+                len(block) >= 2
+                and block[0] & 0x0F == 8  # method: deflate
+                and block[0] >> 4 <= 7  # window: at most 32 KiB
+                and (block[0] << 8 | block[1]) % 31 == 0
+            )
+            self._d = zlib.decompressobj(wbits=15 if zlib_header else -15)
+        out: bytes = self._d.decompress(block)
+        return out
+
+    @property
+    def eof(self) -> bool:
+        return self._d is not None and bool(self._d.eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return b"" if self._d is None else bytes(self._d.unused_data)
+
+
 # codec → a fresh decompressor of one stream (``decompress``, ``eof``, ``unused_data``)
 _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
     "gzip": lambda: zlib.decompressobj(wbits=31),  # 16 + 15: a gzip header and trailer
-    "deflate": lambda: zlib.decompressobj(wbits=-15),  # raw deflate, as Beam writes it
+    "deflate": _Deflate,  # zlib-wrapped (Beam, Hadoop) or raw deflate
     "bzip2": bz2.BZ2Decompressor,
     "xz": lzma.LZMADecompressor,  # .xz and legacy .lzma containers (FORMAT_AUTO)
     "zstd": lambda: zstandard.ZstdDecompressor().decompressobj(),

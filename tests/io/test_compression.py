@@ -81,3 +81,17 @@ def test_format_and_codec_from_names() -> None:
     assert codec_of("x.csv", "gzip") == "gzip"
     with pytest.raises(ValueError, match="compression 'rar' is not supported; allowed: auto"):
         open_input("x.csv", "rar")
+
+
+def test_deflate_files_as_beam_and_hadoop_write_them(tmp_path: Path) -> None:
+    """Beam's and Hadoop's .deflate is zlib-wrapped (RFC 1950); raw deflate is read too."""
+    path = tmp_path / "x.jsonl.deflate"
+    for level in (1, 6, 9):
+        path.write_bytes(zlib.compress(DATA, level) + zlib.compress(DATA[:100], level))
+        assert read_all(path) == DATA + DATA[:100]
+    from apache_beam.io.filesystem import CompressionTypes  # noqa: PLC0415
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
+    with FileSystems.create(str(path), compression_type=CompressionTypes.DEFLATE) as f:
+        f.write(DATA)
+    assert read_all(path) == DATA
