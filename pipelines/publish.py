@@ -10,8 +10,9 @@ launcher
    (they go into the manifest, so a reader can verify the files it got);
 2. removes the previous ``manifest.json`` of the release directory, if any — from here until step 4
    the directory holds no manifest, i.e. no complete release;
-3. moves the staged outputs in, replacing the previous run's files of each query (a rename on
-   local filesystems; copy and delete on object stores);
+3. removes the outputs the previous manifest listed for queries this release does not have,
+   then moves the staged outputs in, replacing the previous run's files of each query (a rename
+   on local filesystems; copy and delete on object stores);
 4. writes ``manifest.json`` last, through a temporary name and a rename: a release directory with a
    manifest is complete, and the manifest lists every file of it.
 
@@ -24,6 +25,7 @@ the same release id (free, same secret) completes it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -189,8 +191,13 @@ class Staging:
         a previous run's copy of each is replaced, or removed when this run has none."""
         final = FileSystems.join(self.output, MANIFEST)
         _make_dirs(self.output)
+        earlier = _previous_outputs(final)
         if FileSystems.exists(final):
             FileSystems.delete([final])
+        for old in sorted(earlier - {f.output for f in layout.values()}):  # another release's
+            path = FileSystems.join(self.output, old.rstrip("/"))  # query: not beside this one
+            if FileSystems.exists(path):
+                FileSystems.delete([path])
         published = {}
         for name, files in layout.items():
             for old in (files.name + files.extension, files.name):  # either layout, earlier run
@@ -215,6 +222,19 @@ class Staging:
         FileSystems.rename([temporary], [final])
         self.discard()
         return published
+
+
+def _previous_outputs(manifest_path: str) -> set[str]:
+    """The outputs (relative names) a release already in the directory listed: a new release
+    with other queries removes them, so no stale file sits beside its manifest. Only plain names
+    a userdp manifest could hold are returned; an unreadable manifest gives none."""
+    try:
+        with FileSystems.open(manifest_path) as f:
+            outputs = json.loads(f.read())["outputs"]
+        names = {str(v) for v in outputs.values()}
+    except Exception:  # no manifest, or not one of ours: nothing to remove
+        return set()
+    return {n for n in names if n.rstrip("/") and "/" not in n.rstrip("/") and ".." not in n}
 
 
 def make_private_directory(directory: str | None) -> None:

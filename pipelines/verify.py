@@ -2,7 +2,8 @@
 
 A release directory is complete when it has a ``manifest.json`` — the launcher writes it last,
 after every output is in place (:mod:`.publish`) — and every file the manifest lists is there with
-the listed size and SHA-256, and no other file sits among a query's outputs. A run that was killed
+the listed size and SHA-256, and no other file sits among a query's outputs or (on a local disk)
+in the directory itself. A run that was killed
 or failed leaves no manifest (or a stale file beside one, or a file that differs from its listing),
 so it never verifies. ``userdp verify DIR`` prints the problems and exits 1 when there are any.
 Nothing here reads a value: sizes and hashes of DP outputs only.
@@ -70,4 +71,17 @@ def verify_release(directory: str) -> list[str]:
             problems.append(f"{name}: differs from the manifest (size or SHA-256)")
     for name in sorted(_present(directory, outputs) - set(listed)):
         problems.append(f"{name}: among the outputs but not listed in the manifest")
+    for name in sorted(_top_level(directory) - set(listed) - {MANIFEST} - _dirs(outputs)):
+        problems.append(f"{name}: in the release directory but not part of this release")
     return problems
+
+
+def _dirs(outputs: dict[str, str]) -> set[str]:
+    return {o.rstrip("/") for o in outputs.values() if o.endswith("/")}
+
+
+def _top_level(directory: str) -> set[str]:
+    """Names directly in a local release directory (files, and directories such as a sharded
+    output's): all of it is published, so anything the manifest does not list is flagged. On
+    object stores (no directories to list) only the outputs' own places are checked."""
+    return set(os.listdir(directory)) if is_local_path(directory) else set()

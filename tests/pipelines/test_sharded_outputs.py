@@ -158,6 +158,29 @@ def test_userdp_verify_tells_complete_from_incomplete(data: Path, tmp_path: Path
     ]
 
 
+def test_a_release_with_other_queries_leaves_no_file_of_the_one_before(
+    data: Path, tmp_path: Path
+) -> None:
+    """Release Y (visits, people) then release Z (people only) into one directory: Y's visits
+    must not sit beside Z's manifest, and verify flags any file the manifest does not list."""
+    out = tmp_path / "release"
+    run(data, out)
+    assert (out / "visits").is_dir()
+    only_people = job_dict(data, out, SHARDS)
+    only_people["queries"] = only_people["queries"][1:]
+    run_release(parse_job(only_people), release_key=KEY)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "people.parquet",
+        "report.html",
+    ]
+    assert verify_release(str(out)) == []
+    (out / "notes.txt").write_text("an operator's file")  # published with the release, unlisted
+    assert verify_release(str(out)) == [
+        "notes.txt: in the release directory but not part of this release"
+    ]
+
+
 # A child process that runs the release and is killed — os._exit, like SIGKILL: no cleanup, no
 # finally — at the n-th call of a step: inside the pipeline, or between the renames of publishing.
 KILLED_RUN = textwrap.dedent(
