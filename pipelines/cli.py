@@ -212,6 +212,12 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
     from .sources import SchemaError  # noqa: PLC0415
 
     try:
+        misplaced = [a for a in args.beam_args if a.split("=", 1)[0] == "--release-id"]
+        if misplaced:  # after the job file, argparse hands it to Beam, which misreads it
+            raise ConfigError(
+                "--release-id", misplaced[0], "the option before the job file",
+                "userdp run --release-id ID JOB.toml [Beam options]",
+            )  # fmt: skip
         job = load_job(args.job)
         if args.release_id and job.ledger is None:
             raise ConfigError("--release-id", args.release_id, "a job file with a [ledger]", "")

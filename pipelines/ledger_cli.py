@@ -87,6 +87,9 @@ def run_ledger(args: argparse.Namespace) -> int:
         is_file = not location.startswith(POSTGRES_SCHEMES)
         if command != "set-cap" and is_file and not os.path.exists(location):
             raise LedgerError(f"no ledger at {location}: set a cap first to create one")
+        if command != "set-cap" and is_file and os.path.getsize(location) == 0:
+            # reading never creates a ledger: an empty file stays as it is
+            raise LedgerError(f"{location} is empty, not a ledger: set a cap to create one there")
         with open_ledger(location) as ledger:
             if command == "show":
                 _show(ledger, args.scope, args.json, sys.stdout)

@@ -89,6 +89,10 @@ def test_errors_exit_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFix
     assert userdp(["ledger", "history"]) == 2
     assert f"no ledger at {path}: set a cap first" in capsys.readouterr().err
     assert not path.exists()  # show and history never create a ledger
+    path.touch(mode=0o600)  # nor fill an empty file with one
+    assert userdp(["ledger", "show"]) == 2
+    assert "is empty, not a ledger" in capsys.readouterr().err and path.stat().st_size == 0
+    path.unlink()
     assert userdp(["ledger", "set-cap", "--scope", "logs", "--epsilon", "x"]) == 2
     assert (
         "--epsilon = 'x': expected a number such as 1, 0.5, 1/3 or 1e-6" in capsys.readouterr().err
