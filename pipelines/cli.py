@@ -212,10 +212,10 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
     from .sources import SchemaError  # noqa: PLC0415
 
     try:
-        misplaced = [a for a in args.beam_args if a.split("=", 1)[0] == "--release-id"]
-        if misplaced:  # after the job file, argparse hands it to Beam, which misreads it
+        misplaced, _ = _take_flag(list(args.beam_args), "--release-id")
+        if misplaced is not None:  # after the job file, argparse hands it to Beam's parser
             raise ConfigError(
-                "--release-id", misplaced[0], "the option before the job file",
+                "--release-id", misplaced, "the option before the job file",
                 "userdp run --release-id ID JOB.toml [Beam options]",
             )  # fmt: skip
         job = load_job(args.job)

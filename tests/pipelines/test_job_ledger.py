@@ -152,7 +152,7 @@ def test_run_release_id_without_a_ledger_is_a_config_error(
     assert "--release-id = 'r1': expected a job file with a [ledger]" in capsys.readouterr().err
     # after the job file it would be read as a Beam option: said plainly instead
     assert main(["run", str(job), "--release-id", "r1"]) == 2
-    assert "expected the option before the job file" in capsys.readouterr().err
+    assert "--release-id = 'r1': expected the option before the job file" in capsys.readouterr().err
 
 
 def test_an_input_path_without_its_period_is_a_job_error_exit_2(
