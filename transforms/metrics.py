@@ -322,21 +322,33 @@ class Quantile(_Metric):
 
 class Total(_Metric):
     """Sum of per-person totals without a contribution bound: the shifted inverse mechanism
-    (pure ε, add/remove one person; docs/shifted_inverse.md)."""
+    (pure ε, add/remove one person; docs/shifted_inverse.md).
+
+    Its error is one-sided, from below: w.p. ≥ 1 − β the release lies between the statistic
+    without its 2τ largest persons and the statistic itself (τ is in the manifest: tens of
+    persons at ε = 1), so with fewer than about 2τ persons it may be 0 (docs/shifted_inverse.md)."""
 
     metric = "total"
 
 
 class Max(_Metric):
     """Largest per-person value, by the shifted inverse mechanism (pure ε;
-    docs/shifted_inverse.md)."""
+    docs/shifted_inverse.md).
+
+    Its error is one-sided, from below: w.p. ≥ 1 − β the release lies between the statistic
+    without its 2τ largest persons and the statistic itself (τ is in the manifest: tens of
+    persons at ε = 1), so with fewer than about 2τ persons it may be 0 (docs/shifted_inverse.md)."""
 
     metric = "max"
 
 
 class Distinct(_Metric):
     """Distinct values of ``value``, by the shifted inverse mechanism on the exact LP floors
-    (pure ε; docs/shifted_inverse.md §4)."""
+    (pure ε; docs/shifted_inverse.md §4).
+
+    Its error is one-sided, from below: w.p. ≥ 1 − β the release lies between the statistic
+    without its 2τ largest persons and the statistic itself (τ is in the manifest: tens of
+    persons at ε = 1), so with fewer than about 2τ persons it may be 0 (docs/shifted_inverse.md)."""
 
     metric = "distinct"
 
