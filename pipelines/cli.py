@@ -27,6 +27,7 @@ import io
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -145,12 +146,14 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    main_thread = threading.current_thread() is threading.main_thread()  # signals: main only
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         with PrivateLog() as log:
             code = _run_logged(args, log)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     if log.path is not None:
         print(
             f"userdp run: library messages and details (they may quote private data; for the "

@@ -88,3 +88,17 @@ def test_sigterm_while_the_pipeline_runs_is_cleaned_up_like_ctrl_c(
     assert signal.getsignal(signal.SIGTERM) == before  # the CLI's handler is its own business
     assert not [p.name for p in job_dir.iterdir() if "staging" in p.name]
     assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_the_cli_runs_outside_the_main_thread_without_touching_signals(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Signal handlers can be set only in the main thread: a launcher thread runs as before."""
+    import threading  # noqa: PLC0415
+
+    monkeypatch.chdir(job_dir)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(main(["run", "job.toml"])))
+    worker.start()
+    worker.join()
+    assert codes == [0] and (job_dir / "release" / "manifest.json").exists()
