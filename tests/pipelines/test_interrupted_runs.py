@@ -90,6 +90,7 @@ def test_sigterm_while_the_pipeline_runs_is_cleaned_up_like_ctrl_c(
     assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
 
 
+@pytest.mark.slow  # a whole job: `make test-all`
 def test_the_cli_runs_outside_the_main_thread_without_touching_signals(
     job_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
