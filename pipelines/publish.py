@@ -24,6 +24,7 @@ the same release id (free, same secret) completes it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -191,13 +192,10 @@ class Staging:
         a previous run's copy of each is replaced, or removed when this run has none."""
         final = FileSystems.join(self.output, MANIFEST)
         _make_dirs(self.output)
-        earlier = _previous_outputs(final)
+        earlier = _previous_files(final, set(layout))
         if FileSystems.exists(final):
             FileSystems.delete([final])
-        for old in sorted(earlier - {f.output for f in layout.values()}):  # another release's
-            path = FileSystems.join(self.output, old.rstrip("/"))  # query: not beside this one
-            if FileSystems.exists(path):
-                FileSystems.delete([path])
+        _remove_files(self.output, earlier)  # another release's queries: not beside this one
         published = {}
         for name, files in layout.items():
             for old in (files.name + files.extension, files.name):  # either layout, earlier run
@@ -224,17 +222,44 @@ class Staging:
         return published
 
 
-def _previous_outputs(manifest_path: str) -> set[str]:
-    """The outputs (relative names) a release already in the directory listed: a new release
-    with other queries removes them, so no stale file sits beside its manifest. Only plain names
-    a userdp manifest could hold are returned; an unreadable manifest gives none."""
+def _previous_files(manifest_path: str, queries: set[str]) -> list[str]:
+    """The files a userdp release already in the directory listed for queries other than
+    ``queries``: a new release removes them, so no stale output sits beside its manifest.
+
+    Only a manifest with userdp's keys is trusted, and only the exact files it lists (sizes and
+    hashes beside them), each a plain relative name — ``q.parquet`` or ``q/part-…`` — never a
+    directory, ``.`` or ``..``: a stray or hand-made ``manifest.json`` removes nothing else."""
     try:
         with FileSystems.open(manifest_path) as f:
-            outputs = json.loads(f.read())["outputs"]
-        names = {str(v) for v in outputs.values()}
+            manifest = json.loads(f.read())
+        if not {"userdp_version", "outputs", "files", "queries"} <= set(manifest):
+            return []
+        names = [
+            str(fact["file"])
+            for query, facts in manifest["files"].items()
+            if query not in queries
+            for fact in facts
+        ]
     except Exception:  # no manifest, or not one of ours: nothing to remove
-        return set()
-    return {n for n in names if n.rstrip("/") and "/" not in n.rstrip("/") and ".." not in n}
+        return []
+    return [n for n in names if _plain_relative(n)]
+
+
+def _plain_relative(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) <= 2 and all(p and p not in (".", "..") for p in parts)
+
+
+def _remove_files(directory: str, names: Sequence[str]) -> None:
+    """Deletes each listed file that is there, then each shard directory they leave empty."""
+    for name in names:
+        path = FileSystems.join(directory, name)
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    for shard_dir in sorted({n.split("/")[0] for n in names if "/" in n}):
+        if is_local_path(directory):  # not empty (not only ours) or gone: left as it is
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(directory, shard_dir))
 
 
 def make_private_directory(directory: str | None) -> None:

@@ -179,6 +179,10 @@ def test_a_release_with_other_queries_leaves_no_file_of_the_one_before(
     assert verify_release(str(out)) == [
         "notes.txt: in the release directory but not part of this release"
     ]
+    # a manifest that is not userdp's (or names '.') removes nothing: only listed output files go
+    (out / "manifest.json").write_text('{"outputs": {"x": "."}, "files": {"x": [{"file": "."}]}}')
+    run(data, out)
+    assert (out / "notes.txt").exists() and (out / "visits").is_dir()
 
 
 # A child process that runs the release and is killed — os._exit, like SIGKILL: no cleanup, no
