@@ -188,12 +188,13 @@ def _interrupted_code(e: BaseException) -> int:
 
 def _interruption(e: KeyboardInterrupt, after_checks: type[Any]) -> str:
     """When the run stopped and what became of its charge (``after_checks``: job.RunInterrupted,
-    raised once the run was cleaned up; any other interrupt came before the pipeline ran)."""
+    raised once the run was cleaned up; any other interrupt came before the run could tell —
+    during the checks, or a second one during its clean-up)."""
     if isinstance(e, after_checks):
         return f"interrupted {e.when}; {_CHARGE[e.charge].format(rid=e.release_id)}"
-    return (
-        "interrupted before the pipeline ran; nothing was published (`userdp ledger history` "
-        "lists any charge)"
+    return (  # before the run could say (or while it cleaned up): the tools that tell
+        "interrupted; `userdp verify OUTPUT` tells whether a complete release was published and "
+        "`userdp ledger history` whether a charge stands"
     )
 
 

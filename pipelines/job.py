@@ -302,9 +302,15 @@ def run_release(
     except BaseException as e:
         staging.discard()
         settle_failed_dead_letters(job.input.dead_letter)
-        charge = _refund(job, reservation)
+        # Interrupted, a remote runner's job may go on writing outputs under this secret (Beam
+        # does not cancel it): its charge stays. Only the embedded runner stops with us.
+        remote = isinstance(e, KeyboardInterrupt) and job.runner.name != "direct"
+        charge = "kept" if remote and reservation is not None else _refund(job, reservation)
         if isinstance(e, KeyboardInterrupt):  # cleaned up; the CLI says what became of it
-            raise RunInterrupted("while the pipeline ran", charge, rid) from e
+            when = "while the pipeline ran" + (
+                f" (the {job.runner.name} job may still be running: cancel it there)" * remote
+            )
+            raise RunInterrupted(when, charge, rid) from e
         if not isinstance(e, Exception):
             raise  # SystemExit and the like: cleaned up, then passed on
         found = input_error_message(e)
@@ -367,5 +373,10 @@ def _publish(
             release_id=rid,
         ) from e
     if reservation is not None:
-        charging.complete(job, reservation, published, manifest)
+        try:
+            charging.complete(job, reservation, published, manifest)
+        except KeyboardInterrupt as e:  # published: only the ledger's record is unfinished
+            raise RunInterrupted(
+                "after publishing, before the ledger recorded it", "kept", rid
+            ) from e
     return ReleaseResult(published, FileSystems.join(job.output.path, MANIFEST), reservation)

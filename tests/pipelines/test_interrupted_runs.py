@@ -103,3 +103,41 @@ def test_the_cli_runs_outside_the_main_thread_without_touching_signals(
     worker.start()
     worker.join()
     assert codes == [0] and (job_dir / "release" / "manifest.json").exists()
+
+
+def test_ctrl_c_while_the_ledger_records_a_published_release_says_so(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The release is published; only its ledger record is unfinished: not "nothing published"."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_module.charging, "complete", interrupted)
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after publishing, before the ledger recorded it; the ledger's charge is " \
+        "kept: re-run with --release-id r1" in err  # fmt: skip
+    assert (job_dir / "release" / "manifest.json").exists()
+
+
+def test_ctrl_c_on_a_remote_runner_keeps_the_charge(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beam does not cancel a Flink or Dataflow job when the launcher stops: it may go on
+    computing under the release's secret, so the charge is not taken back."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_module, "_run_into_staging", interrupted)
+    monkeypatch.chdir(job_dir)
+    (job_dir / "job.toml").write_text(JOB + '\n[runner]\nname = "portable"\n')
+    assert main(["run", "job.toml", "--job_endpoint=localhost:1"]) == 130
+    err = capsys.readouterr().err
+    assert (
+        "(the portable job may still be running: cancel it there); the ledger's charge is kept"
+        in err
+    )
+    assert "spent (ε=1, δ=0)" in _spent(job_dir, capsys)
