@@ -178,9 +178,10 @@ class Release:
                 "one release has one privacy unit; use a Release per unit, each with its "
                 "own budget"
             )
-        self._state.person = unit
-        return ByPerson(self, person, keys=keys or {}, values=values,
+        made = ByPerson(self, person, keys=keys or {}, values=values,
                         person_type=person_type, num_shards=num_shards)  # fmt: skip
+        self._state.person = unit  # once the arguments are valid: a caught typo binds nothing
+        return made
 
     # --- what metric transforms call when they are applied --------------------------------
 

@@ -258,6 +258,8 @@ def test_one_release_has_one_privacy_unit() -> None:
     """Shares compose for one unit only: a second ByPerson on another person column (or type)
     is refused; another input keyed by the same column is fine. The manifest names the unit."""
     release = exact_release()
+    with pytest.raises(ValueError, match="person_type"):  # a typo binds no unit
+        release.ByPerson("person", person_type="strng")
     release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
     release.ByPerson("person", keys={"url": "string"})  # purchases, say: the same unit
     with pytest.raises(dp.ReleaseError, match="protects persons identified by 'person'"):
