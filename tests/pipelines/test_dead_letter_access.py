@@ -60,6 +60,17 @@ def test_a_run_leaves_its_rejected_rows_readable_by_the_owner_only(tmp_path: Pat
     assert mode(next((tmp_path / "release").glob("n.*"))) == 0o644  # the release is public
 
 
+def test_the_checks_make_the_dead_letter_directory_owner_only_and_keep_it(tmp_path: Path) -> None:
+    """Before, the write probe made a missing directory with the umask's mode and removed it; a
+    concurrent launcher could find it there (0755: not made private) or lose it to the removal
+    (recreated 0755 by Beam). Made 0700 by the checks and kept, it is private whoever is first."""
+    from userdp.pipelines.job import check_job  # noqa: PLC0415
+
+    dead = tmp_path / "ops" / "rejected"
+    check_job(parse_job(csv_job(tmp_path, dead)), [])
+    assert dead.is_dir() and mode(dead) == 0o700 and list(dead.iterdir()) == []
+
+
 def test_an_existing_directory_keeps_its_mode_and_its_files_are_closed(tmp_path: Path) -> None:
     dead = tmp_path / "shared-ops"
     dead.mkdir(mode=0o750)
