@@ -91,12 +91,16 @@ class _Deflate:
 
     def __init__(self) -> None:
         self._d: Any = None
+        self._head = b""  # a stream's first byte, until its second arrives
 
     def decompress(self, block: bytes) -> bytes:
         if self._d is None:
+            block = self._head + block
+            if len(block) < 2:  # e.g. the one byte left after the previous stream ended
+                self._head = block
+                return b""
             zlib_header = (
-                len(block) >= 2
-                and block[0] & 0x0F == 8  # method: deflate
+                block[0] & 0x0F == 8  # method: deflate
                 and block[0] >> 4 <= 7  # window: at most 32 KiB
                 and (block[0] << 8 | block[1]) % 31 == 0
             )

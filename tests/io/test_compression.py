@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from userdp.pipelines.compression import codec_of, format_suffix, open_input
+from userdp.pipelines.compression import READ_BYTES, codec_of, format_suffix, open_input
 
 
 def _deflate(data: bytes) -> bytes:
@@ -95,3 +95,10 @@ def test_deflate_files_as_beam_and_hadoop_write_them(tmp_path: Path) -> None:
     with FileSystems.create(str(path), compression_type=CompressionTypes.DEFLATE) as f:
         f.write(DATA)
     assert read_all(path) == DATA
+    # the first stream ends one byte before the first read block does: the next stream's first
+    # block is one byte, too short to tell its form by, so it waits for the second byte
+    payload = bytes(range(256)) * 256
+    first = zlib.compress(payload[: READ_BYTES - 1 - 11], 0)  # stored: 2 + 5 + n + 4 bytes
+    assert len(first) == READ_BYTES - 1
+    path.write_bytes(first + zlib.compress(b"second", 9))
+    assert read_all(path) == payload[: READ_BYTES - 12] + b"second"
