@@ -273,8 +273,10 @@ def test_manifest_is_public_json() -> None:
     assert s0["share"]["delta_exact"] == "1/1000000"  # all of the members' δ
     assert q0["statistic"]["sensitivity"]["l1"] == 15
     assert m["queries"][1]["bounds"] == [0.0, 600.0]
-    # Operator-only paths (input, dead letters) and anything from the data stay out.
-    assert cfg.input.path not in text and "rejected" not in text and "person_id" not in text
+    # Operator-only paths (input, dead letters) and anything from the data stay out; the
+    # person column is named once, as the privacy unit (config, what the guarantee is about).
+    assert cfg.input.path not in text and "rejected" not in text
+    assert text.count('"person_id"') == 1 and m["privacy_unit"]["person_column"] == "person_id"
 
 
 def test_a_mechanism_refusing_its_budget_is_a_config_error_naming_the_query() -> None:
