@@ -199,9 +199,11 @@ def _interruption(e: KeyboardInterrupt, after_checks: type[Any]) -> str:
 
 
 def _terminated(e: BaseException | None) -> bool:
-    while e is not None:
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
         if isinstance(e, _Terminated):
             return True
+        seen.add(id(e))
         e = e.__cause__ or e.__context__
     return False
 
@@ -251,7 +253,17 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
             file=sys.stderr,
         )
         return 1
-    _print_result(job, result)
+    return _report_published(job, result)
+
+
+def _report_published(job: Any, result: Any) -> int:
+    """What was released; 0 — or, interrupted while saying so, 130/143 and a line that the
+    release is complete all the same (it was published and recorded before)."""
+    try:
+        _print_result(job, result)
+    except KeyboardInterrupt as e:
+        print("userdp run: interrupted after the release was published", file=sys.stderr)
+        return _interrupted_code(e)
     return 0
 
 

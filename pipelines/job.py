@@ -308,9 +308,10 @@ def run_release(
         settle_failed_dead_letters(job.input.dead_letter)
         # Interrupted, a remote runner's job may go on writing outputs under this secret (Beam
         # does not cancel it): its charge stays. Only the embedded runner stops with us.
-        remote = isinstance(e, KeyboardInterrupt) and job.runner.name != "direct"
+        interrupted = _interrupt_in(e)  # Beam re-raises one inside a step as its own error
+        remote = interrupted and job.runner.name != "direct"
         charge = "kept" if remote and reservation is not None else _refund(job, reservation)
-        if isinstance(e, KeyboardInterrupt):  # cleaned up; the CLI says what became of it
+        if interrupted:  # cleaned up; the CLI says what became of it
             when = "while the pipeline ran" + (
                 f" (the {job.runner.name} job may still be running: cancel it there)" * remote
             )
@@ -328,6 +329,18 @@ def run_release(
             release_id=rid,
         ) from e
     return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
+
+
+def _interrupt_in(e: BaseException | None) -> bool:
+    """Whether ``e`` is, or was caused by, Ctrl-C or SIGTERM (a KeyboardInterrupt): one that
+    lands inside a Beam step reaches the launcher wrapped in the runner's RuntimeError."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _files_text(layout: Mapping[str, QueryFiles]) -> str:

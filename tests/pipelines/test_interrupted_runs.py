@@ -141,3 +141,22 @@ def test_ctrl_c_on_a_remote_runner_keeps_the_charge(
         in err
     )
     assert "spent (ε=1, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_an_interrupt_inside_a_beam_step_is_an_interrupt_not_a_failure(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beam re-raises a KeyboardInterrupt from inside a step as its own RuntimeError."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise RuntimeError("KeyboardInterrupt [while running 'Read/ReadFile']") from e
+
+    monkeypatch.setattr(job_module, "_run_into_staging", wrapped)
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted while the pipeline ran; nothing was published; the ledger's charge" in err
+    assert "the pipeline failed" not in err
