@@ -25,11 +25,12 @@ the same release id (free, same secret) completes it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
@@ -190,8 +191,14 @@ class Staging:
         """Steps 2–4 of the module docstring; returns query name → published path (a file, or
         the directory of a sharded output). ``extra``: more staged files to move (the report);
         a previous run's copy of each is replaced, or removed when this run has none."""
-        final = FileSystems.join(self.output, MANIFEST)
         _make_dirs(self.output)
+        with _publishing_lock(self.output):
+            return self._publish(layout, manifest, extra)
+
+    def _publish(
+        self, layout: Mapping[str, QueryFiles], manifest: bytes, extra: Sequence[str]
+    ) -> dict[str, str]:
+        final = FileSystems.join(self.output, MANIFEST)
         earlier = _previous_files(final, set(layout))
         if FileSystems.exists(final):
             FileSystems.delete([final])
@@ -220,6 +227,24 @@ class Staging:
         FileSystems.rename([temporary], [final])
         self.discard()
         return published
+
+
+@contextlib.contextmanager
+def _publishing_lock(directory: str) -> Iterator[None]:
+    """Serialises launchers publishing into one local release directory (an exclusive
+    ``flock`` on the directory itself, so no lock file is left): each moves its files in and
+    writes its manifest while the others wait, and the directory ends as one complete release —
+    the last one published. Interleaved, it held one release's manifest beside another's files.
+    Object stores have no such lock: one release directory per scheduled job is the rule there."""
+    if not is_local_path(directory):
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _previous_files(manifest_path: str, queries: set[str]) -> list[str]:
