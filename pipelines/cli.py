@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +44,7 @@ class _BeamImportNotice(logging.Filter):
 logging.getLogger().addFilter(_BeamImportNotice())
 
 from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
+from .interrupts import RunInterrupted, exit_code, terminating_as_interrupt  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
@@ -146,14 +145,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    main_thread = threading.current_thread() is threading.main_thread()  # signals: main only
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
-    try:
-        with PrivateLog() as log:
-            code = _run_logged(args, log)
-    finally:
-        if main_thread:  # None: a handler set outside Python, which cannot be put back
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    with terminating_as_interrupt(), PrivateLog() as log:
+        code = _run_logged(args, log)
     if log.path is not None:
         print(
             f"userdp run: library messages and details (they may quote private data; for the "
@@ -172,25 +165,11 @@ _CHARGE = {
 }
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler stopping the launcher), raised in the main thread like Ctrl-C, so a
-    run is cleaned up and says what became of its charge instead of vanishing mid-step."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def _interrupted_code(e: BaseException) -> int:
-    """128 + the signal's number, as shells report a process a signal stopped."""
-    return 128 + (signal.SIGTERM if _terminated(e) else signal.SIGINT)
-
-
-def _interruption(e: KeyboardInterrupt, after_checks: type[Any]) -> str:
-    """When the run stopped and what became of its charge (``after_checks``: job.RunInterrupted,
-    raised once the run was cleaned up; any other interrupt came before the run could tell —
-    during the checks, or a second one during its clean-up)."""
-    if isinstance(e, after_checks):
+def _interruption(e: KeyboardInterrupt) -> str:
+    """When the run stopped and what became of its charge (a RunInterrupted, raised once the run
+    was cleaned up; any other interrupt came before the run could tell — during the checks, or a
+    second one during its clean-up)."""
+    if isinstance(e, RunInterrupted):
         return f"interrupted {e.when}; {_CHARGE[e.charge].format(rid=e.release_id)}"
     return (  # before the run could say (or while it cleaned up): the tools that tell
         "interrupted; `userdp verify OUTPUT` tells whether a complete release was published and "
@@ -198,20 +177,10 @@ def _interruption(e: KeyboardInterrupt, after_checks: type[Any]) -> str:
     )
 
 
-def _terminated(e: BaseException | None) -> bool:
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, _Terminated):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
-
-
 def _run_logged(args: argparse.Namespace, log: Any) -> int:
     from userdp.transforms.keys import KeyFileError  # noqa: PLC0415
 
-    from .job import ReleaseRunError, RunInterrupted, run_release  # noqa: PLC0415 (Beam: lazily)
+    from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
     from .ledger import LedgerError  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
     from .publish import OutputLocationError  # noqa: PLC0415
@@ -236,8 +205,8 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
         print(f"userdp run: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
-        print(f"userdp run: {_interruption(e, RunInterrupted)}", file=sys.stderr)
-        return _interrupted_code(e)
+        print(f"userdp run: {_interruption(e)}", file=sys.stderr)
+        return exit_code(e)
     except ReleaseRunError as e:
         log.exception(e)
         text, charge = str(e), _CHARGE[e.charge].format(rid=e.release_id)
@@ -263,7 +232,7 @@ def _report_published(job: Any, result: Any) -> int:
         _print_result(job, result)
     except KeyboardInterrupt as e:
         print("userdp run: interrupted after the release was published", file=sys.stderr)
-        return _interrupted_code(e)
+        return exit_code(e)
     return 0
 
 

@@ -37,6 +37,7 @@ from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_re
 from . import charging
 from .config import JobConfig
 from .config_paths import check_input_files_outside
+from .interrupts import RunInterrupted, caused_by
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
@@ -71,16 +72,6 @@ __all__ = [
     "required_columns",
     "run_release",
 ]
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C (or SIGTERM, which the CLI turns into one) after its checks,
-    cleaned up: ``when`` it stopped, and ``charge`` as for :class:`ReleaseRunError` (``partial``:
-    no ledger, and publishing had begun)."""
-
-    def __init__(self, when: str, charge: str, release_id: str | None) -> None:
-        super().__init__(when)
-        self.when, self.charge, self.release_id = when, charge, release_id
 
 
 @dataclass(frozen=True)
@@ -308,7 +299,7 @@ def run_release(
         settle_failed_dead_letters(job.input.dead_letter)
         # Interrupted, a remote runner's job may go on writing outputs under this secret (Beam
         # does not cancel it): its charge stays. Only the embedded runner stops with us.
-        interrupted = _interrupt_in(e)  # Beam re-raises one inside a step as its own error
+        interrupted = caused_by(e, KeyboardInterrupt)  # Beam re-raises it as its own error
         remote = interrupted and job.runner.name != "direct"
         charge = "kept" if remote and reservation is not None else _refund(job, reservation)
         if interrupted:  # cleaned up; the CLI says what became of it
@@ -329,18 +320,6 @@ def run_release(
             release_id=rid,
         ) from e
     return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
-
-
-def _interrupt_in(e: BaseException | None) -> bool:
-    """Whether ``e`` is, or was caused by, Ctrl-C or SIGTERM (a KeyboardInterrupt): one that
-    lands inside a Beam step reaches the launcher wrapped in the runner's RuntimeError."""
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
 
 
 def _files_text(layout: Mapping[str, QueryFiles]) -> str:

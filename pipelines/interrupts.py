@@ -1,0 +1,65 @@
+"""Ctrl-C and SIGTERM during a release: what the launcher raises, and how the CLI tells them.
+
+A scheduler stops a job with SIGTERM; :func:`terminating_as_interrupt` turns it into a
+:class:`Terminated` (a KeyboardInterrupt) in the main thread, so the run is cleaned up the way
+Ctrl-C cleans it up — staged outputs discarded, the charge taken back when nothing was published
+— instead of vanishing mid-step. Once cleaned up, ``pipelines/job.py`` raises
+:class:`RunInterrupted`, which says when the run stopped and what became of its charge. Beam
+re-raises an interrupt that lands inside a step as its own RuntimeError, so both are looked for
+along the exception's cause chain (:func:`caused_by`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM after its checks, cleaned up: ``when`` it stopped, and
+    ``charge`` as for ``job.ReleaseRunError`` (``partial``: no ledger, and publishing had begun)."""
+
+    def __init__(self, when: str, charge: str, release_id: str | None) -> None:
+        super().__init__(when)
+        self.when, self.charge, self.release_id = when, charge, release_id
+
+
+def caused_by(e: BaseException | None, kind: type[BaseException]) -> bool:
+    """Whether ``e`` is a ``kind``, or was caused by one (``__cause__``/``__context__``)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, kind):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def exit_code(e: BaseException) -> int:
+    """128 + the signal's number, as shells report a process a signal stopped."""
+    return 128 + (signal.SIGTERM if caused_by(e, Terminated) else signal.SIGINT)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def terminating_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while the block runs; the previous handler is put back
+    after. Only the main thread may set handlers: elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:  # None: a handler set outside Python, which cannot be put back
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
