@@ -49,6 +49,11 @@ def job_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def interrupted(*args: Any, **kwargs: Any) -> Any:
+    """A step replaced by Ctrl-C."""
+    raise KeyboardInterrupt
+
+
 def _spent(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
     capsys.readouterr()
     assert main(["ledger", "show", "--ledger", str(root / "ledger.sqlite")]) == 0
@@ -58,9 +63,6 @@ def _spent(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
 def test_ctrl_c_before_publishing_discards_the_staged_outputs_and_takes_the_charge_back(
     job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        raise KeyboardInterrupt
-
     monkeypatch.setattr(job_module, "_stage_report", interrupted)
     monkeypatch.chdir(job_dir)
     assert main(["run", "job.toml"]) == 130
@@ -110,9 +112,6 @@ def test_ctrl_c_while_the_ledger_records_a_published_release_says_so(
 ) -> None:
     """The release is published; only its ledger record is unfinished: not "nothing published"."""
 
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        raise KeyboardInterrupt
-
     monkeypatch.setattr(job_module.charging, "complete", interrupted)
     monkeypatch.chdir(job_dir)
     assert main(["run", "job.toml"]) == 130
@@ -127,9 +126,6 @@ def test_ctrl_c_on_a_remote_runner_keeps_the_charge(
 ) -> None:
     """Beam does not cancel a Flink or Dataflow job when the launcher stops: it may go on
     computing under the release's secret, so the charge is not taken back."""
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        raise KeyboardInterrupt
 
     monkeypatch.setattr(job_module, "_run_into_staging", interrupted)
     monkeypatch.chdir(job_dir)
