@@ -28,6 +28,8 @@ The function is trusted operator code: its own prints, logs or side effects are 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -104,13 +106,23 @@ def answer_chunk(
         # non-finite answer becomes the default below, as a failure does. (np.errstate is per
         # thread; the warnings filter is process-wide, so this may also hide a concurrent
         # thread's warnings for a moment: it only ever removes output.)
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
+        # Its prints are dropped too (they could quote the chunk's rows, and appear only when
+        # those rows are there); output written below Python, to the file descriptors, is not.
+        with (
+            warnings.catch_warnings(),
+            np.errstate(all="ignore"),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
-    # The function's failure is replaced, never reported (it is data). SystemExit too: a
-    # function that calls sys.exit() on some chunks would otherwise end the job on those data.
-    # (KeyboardInterrupt and GeneratorExit still propagate: they come from the operator/runtime.)
-    except (Exception, SystemExit):
+    # The function's failure is replaced, never reported (it is data) — whatever it raises:
+    # SystemExit (sys.exit() on some chunks), asyncio.CancelledError and other BaseExceptions
+    # would otherwise end the run, print their text, on those data only. KeyboardInterrupt alone
+    # propagates: Ctrl-C or SIGTERM from the operator lands wherever the code is running.
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
         return default
     return sanitize_answer(raw, params.dimension, default)
 

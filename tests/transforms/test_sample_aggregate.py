@@ -58,13 +58,20 @@ def pair_of_means(table: pa.Table) -> list[float]:
     return [float(d.mean()), float(d.max())]
 
 
+class NotAnException(BaseException):
+    """As asyncio.CancelledError or a framework's timeout: not an Exception subclass."""
+
+
 def flaky(table: pa.Table) -> object:
-    """Fails in a different way on chunks holding p3, p4, p5, p7 or p9; else mean_d."""
+    """Fails in a different way on chunks holding p3, p4, p5, p6, p7 or p9; else mean_d."""
     persons = set(table.column(PERSON_COLUMN).to_pylist())
+    print(f"chunk persons: {sorted(persons)}")  # a debug print quoting the chunk's ids
     if "p3" in persons:
         raise ZeroDivisionError("chunk-dependent failure")
     if "p4" in persons:
         sys.exit(3)  # a function that exits the process must not end the job on these data
+    if "p6" in persons:
+        raise NotAnException("SECRET-p6")
     if "p5" in persons:
         return math.nan
     if "p7" in persons:
@@ -180,9 +187,25 @@ def test_failing_answers_become_the_default(function: str) -> None:
     expected_ok = (20.0,) if function == "flaky" else (50.0,)  # pair_of_means: wrong shape
     assert answer_chunk([pa.table(base)], fn, p) == expected_ok
     assert answer_chunk([], fn, p) == (50.0,)  # empty chunk: the midpoint of (0, 100)
-    for bad in ("p3", "p4", "p5", "p7", "p9"):
+    for bad in ("p3", "p4", "p5", "p6", "p7", "p9"):
         chunk = pa.table({PERSON_COLUMN: ["p1", bad], "d": [10.0, 30.0]})
         assert answer_chunk([chunk], fn, p) == (50.0,)
+
+
+def test_a_function_prints_nothing_and_its_interrupts_still_stop_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A print quoting the chunk's rows would appear only when those rows are there: dropped.
+    Ctrl-C or SIGTERM (a KeyboardInterrupt) lands wherever code runs: it still stops the run."""
+    fn = resolve_function(f"{HERE}:flaky")
+    answer_chunk([pa.table({PERSON_COLUMN: ["p1", "p2"], "d": [10.0, 30.0]})], fn, params("flaky"))
+    assert capsys.readouterr() == ("", "")
+
+    def interrupted(table: pa.Table) -> float:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        answer_chunk([pa.table({PERSON_COLUMN: ["p1"], "d": [1.0]})], interrupted, params())
 
 
 def test_vector_answers() -> None:
@@ -285,7 +308,7 @@ def test_a_failing_function_on_some_chunks_does_not_stop_the_job() -> None:
     answers = []
     for c in range(10):
         persons = set(rows[c].column(PERSON_COLUMN).to_pylist()) if c in rows else set()
-        if not persons or persons & {"p3", "p5", "p7", "p9"}:
+        if not persons or persons & {"p3", "p4", "p5", "p6", "p7", "p9"}:
             answers.append(50.0)
         else:
             answers.append(min(100.0, max(0.0, float(np.mean(rows[c].column("d").to_numpy())))))
