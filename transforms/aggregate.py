@@ -279,14 +279,17 @@ class CombinePartitionStats(beam.CombineFn):
 class _AggregateShard:
     """(shard, table) → its bounded (partition_key, PartitionStats); picklable parameters only."""
 
-    def __init__(self, params: BoundingParams, key: bytes) -> None:
+    def __init__(self, params: BoundingParams, key: bytes, listed: pa.Table | None) -> None:
         self._params = params
         self._key = key
+        self._listed = listed
 
     def __call__(
         self, shard: int, table: pa.Table
     ) -> Iterator[tuple[PartitionKey, PartitionStats]]:
         del shard  # the shard's rows are all that matter
+        if self._listed is not None:  # public partitions: rows of other keys never count
+            table = table.join(self._listed, keys=list(self._params.by), join_type="left semi")
         yield from bound_and_aggregate(table, self._params, self._key).items()
 
 
@@ -296,22 +299,31 @@ class BoundAndAggregate(beam.PTransform[Any, Any]):
     Bounds each person's contribution inside its shard (≤ L partitions, ≤ C rows per partition,
     values clamped; see :mod:`transforms.bounding`) and sums the exact statistics per partition.
     Takes sharded tables so that several queries can share one :class:`ShardByPerson`.
+
+    ``listed``: with public partitions, a table of the listed keys (the ``by`` columns in their
+    input types). Rows of other keys are dropped *before* bounding, as PipelineDP does: a person's
+    L partitions are then picked among the listed ones only. (Picked among all, then dropped, a
+    person with 20 partitions of which 2 are listed kept L = 2 of the 20 and lost ~90% of the
+    rows the release could count.) A public list is data-independent, so this changes no bound.
     """
 
-    def __init__(self, params: BoundingParams, key: bytes) -> None:
+    def __init__(self, params: BoundingParams, key: bytes, listed: pa.Table | None = None) -> None:
         super().__init__()
         check_bounding_key(key)
+        if listed is not None and listed.column_names != list(params.by):
+            raise ValueError(f"listed keys have columns {listed.column_names}, not {params.by}")
         self._params = params
         self._key = key
+        self._listed = listed
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any] = (
             shards
             # (partition_key, PartitionStats) per partition of each shard
             | "BoundShard"
-            >> beam.FlatMapTuple(_AggregateShard(self._params, self._key)).with_output_types(
-                tuple[Any, PartitionStats]
-            )
+            >> beam.FlatMapTuple(
+                _AggregateShard(self._params, self._key, self._listed)
+            ).with_output_types(tuple[Any, PartitionStats])
             # (partition_key, PartitionStats) summed over shards
             | "CombinePerPartition" >> beam.CombinePerKey(CombinePartitionStats())
         )

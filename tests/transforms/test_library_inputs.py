@@ -197,3 +197,23 @@ def test_a_pipeline_goes_on_after_a_caught_mistake() -> None:
     visits = people | "visits" >> count()
     assert_that(visits | beam.Map(lambda r: r.value), equal_to([1.0]))
     p.run().wait_until_finish()
+
+
+def test_public_partitions_are_kept_before_each_persons_partitions_are_picked() -> None:
+    """30 persons, each in 10 domains, 2 of them listed, L = 2: each person's two partitions are
+    the two listed ones (PipelineDP's order). Picked among all 10 first, a listed domain kept
+    about 6 of its 30 persons."""
+    rows = [{"pid": p, "k": f"d{d}", "v": 1.0} for p in range(30) for d in range(10)]
+    release = exact_release()
+    with beam.Pipeline() as p:
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type="int")
+        )
+        listed = people | "visits" >> count(
+            public_partitions=["d0", "d1", "d99"], max_partitions_per_person=2,
+            max_rows_per_partition=1,
+        )  # fmt: skip
+        pairs = listed | beam.Map(lambda r: (r.k, r.value))
+        assert_that(pairs, equal_to([("d0", 30.0), ("d1", 30.0), ("d99", 0.0)]))
