@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
 
+from .interrupts import caused_by
 from .output_layout import QueryFiles
 
 MANIFEST = "manifest.json"
@@ -112,12 +113,7 @@ def probe_writable(directory: str, what: str) -> None:
 
 def _vanished(e: BaseException) -> bool:
     """A local directory removed under us (or Beam's wrapper of that error)."""
-    seen: BaseException | None = e
-    while seen is not None:
-        if isinstance(seen, FileNotFoundError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "No such file or directory" in str(e)
+    return caused_by(e, FileNotFoundError) or "No such file or directory" in str(e)
 
 
 def staging_parent(output: str) -> str:
