@@ -16,17 +16,19 @@ change how its neighbours are parsed. Here every record is one physical line (``
   declared schema; a line pyarrow refuses (a value of another type, invalid UTF-8, a lone
   surrogate, duplicate keys, several values on one line …) is parsed alone by Python's ``json``
   and becomes a typed raw row or a malformed record (``pipelines.sources.records_to_table``).
-  Python's parser is never used for a line pyarrow reads alone: it refuses some of them (an unread
-  field that is not UTF-8, repeated, or an integer past ``int``'s digit limit).
+  Python never reads a line more strictly than pyarrow: what pyarrow does not read (a field that
+  is not UTF-8 or repeated) it ignores too, and a line past Python's own limits (an integer past
+  ``int``'s digits, deep nesting) gets pyarrow's row when pyarrow reads it alone.
 - A line longer than ``MAX_LINE_BYTES`` is a malformed record (it is never held in memory whole).
 
 Speed. Lines are parsed in groups (a chunk of up to ``CHUNK_BYTES``); a group is accepted when
 pyarrow returns exactly one row or one malformed record per line — then no line was joined to
 another, and each line was parsed exactly as it would be alone. Otherwise the group is halved and
 each half tried again (:func:`bisect_groups`), down to single lines for CSV and to small groups
-parsed line by line for JSONL — by pyarrow alone where it reads the line, else by Python — so a
-line's result is the one it has alone, whichever group it fell in. Clean files take one pyarrow
-call per chunk.
+parsed line by line in Python for JSONL (pyarrow alone for a line past Python's limits), whose
+parse agrees with pyarrow's on every line pyarrow reads alone — so a line's result is the one it
+has alone, whichever group it fell in (tested against hostile neighbours in
+``tests/io/test_text_records.py``). Clean files take one pyarrow call per chunk.
 """
 
 from __future__ import annotations
