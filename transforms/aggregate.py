@@ -32,6 +32,7 @@ from .bounding import (
     PartitionStats,
     bound_and_aggregate,
     check_bounding_key,
+    rows_of_listed_keys,
 )
 from .params import BoundingParams
 from .person_hashing import (
@@ -279,7 +280,9 @@ class CombinePartitionStats(beam.CombineFn):
 class _AggregateShard:
     """(shard, table) → its bounded (partition_key, PartitionStats); picklable parameters only."""
 
-    def __init__(self, params: BoundingParams, key: bytes, listed: pa.Table | None) -> None:
+    def __init__(
+        self, params: BoundingParams, key: bytes, listed: tuple[PartitionKey, ...] | None
+    ) -> None:
         self._params = params
         self._key = key
         self._listed = listed
@@ -289,7 +292,7 @@ class _AggregateShard:
     ) -> Iterator[tuple[PartitionKey, PartitionStats]]:
         del shard  # the shard's rows are all that matter
         if self._listed is not None:  # public partitions: rows of other keys never count
-            table = table.join(self._listed, keys=list(self._params.by), join_type="left semi")
+            table = rows_of_listed_keys(table, self._params.by, self._listed)
         yield from bound_and_aggregate(table, self._params, self._key).items()
 
 
@@ -300,18 +303,20 @@ class BoundAndAggregate(beam.PTransform[Any, Any]):
     values clamped; see :mod:`transforms.bounding`) and sums the exact statistics per partition.
     Takes sharded tables so that several queries can share one :class:`ShardByPerson`.
 
-    ``listed``: with public partitions, a table of the listed keys (the ``by`` columns in their
+    ``listed``: with public partitions, the listed keys (tuples of the ``by`` values in their
     input types). Rows of other keys are dropped *before* bounding, as PipelineDP does: a person's
     L partitions are then picked among the listed ones only. (Picked among all, then dropped, a
     person with 20 partitions of which 2 are listed kept L = 2 of the 20 and lost ~90% of the
     rows the release could count.) A public list is data-independent, so this changes no bound.
     """
 
-    def __init__(self, params: BoundingParams, key: bytes, listed: pa.Table | None = None) -> None:
+    def __init__(
+        self, params: BoundingParams, key: bytes, listed: tuple[PartitionKey, ...] | None = None
+    ) -> None:
         super().__init__()
         check_bounding_key(key)
-        if listed is not None and listed.column_names != list(params.by):
-            raise ValueError(f"listed keys have columns {listed.column_names}, not {params.by}")
+        if listed is not None and any(len(k) != len(params.by) for k in listed):
+            raise ValueError(f"listed keys must hold one value per `by` column {params.by}")
         self._params = params
         self._key = key
         self._listed = listed

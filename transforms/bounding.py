@@ -44,6 +44,7 @@ exact for shards of fewer than 2^33 rows.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -91,6 +92,17 @@ class PartitionStats(NamedTuple):
 
 
 ZERO_STATS = PartitionStats(0, 0, 0, 0)
+
+
+def rows_of_listed_keys(
+    table: pa.Table, by: Sequence[str], keys: Sequence[tuple[Any, ...]]
+) -> pa.Table:
+    """The rows whose ``by`` key is one of ``keys`` (public partitions; each key a tuple in the
+    columns' input types). Used before any per-person bound, so that L is spent on listed keys."""
+    listed = pa.table(
+        {c: pa.array([k[i] for k in keys], table.schema.field(c).type) for i, c in enumerate(by)}
+    )
+    return table.join(listed, keys=list(by), join_type="left semi")
 
 
 def check_bounding_key(key: bytes) -> None:

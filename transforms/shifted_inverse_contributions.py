@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .bounding import PERSON_COLUMN
+from .bounding import PERSON_COLUMN, rows_of_listed_keys
 
 I64 = npt.NDArray[np.int64]
 Key = tuple[Any, ...]
@@ -120,13 +120,7 @@ def _group_sums(group: I64, x: I64, size: int) -> npt.NDArray[Any]:
 
 def _public_rows(table: pa.Table, spec: Contributions) -> pa.Table:
     """The rows whose partition key is public (all rows without ``by``)."""
-    if not spec.by:
-        return table
-    keys = pa.table(
-        {c: pa.array([k[i] for k in spec.public_keys], table.schema.field(c).type)
-         for i, c in enumerate(spec.by)}
-    )  # fmt: skip
-    return table.join(keys.group_by(list(spec.by)).aggregate([]), list(spec.by), join_type="inner")
+    return rows_of_listed_keys(table, spec.by, spec.public_keys) if spec.by else table
 
 
 def _kept_pairs(

@@ -15,7 +15,6 @@ each metric to exactly one module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ..config import QueryConfig
@@ -124,27 +123,18 @@ class AggregateKind:
                 f"internal error in userdp: query {plan.name!r} shares "
                 f"{plan.shared_selection!r}, but no selection was built for it"
             )
-        listed = None
         if params.public_partitions is not None:
             typed = typed_public_keys(params.public_partitions, params.bounding.by, ctx.schema)
             params = dataclasses.replace(params, public_partitions=typed)
-            listed = listed_keys_table(typed, params.bounding.by, dict(ctx.schema.keys))
-        bounding = BoundAndAggregate(params.bounding, ctx.keys.subkey("bounding"), listed)
+        bounding = BoundAndAggregate(
+            params.bounding, ctx.keys.subkey("bounding"), params.public_partitions
+        )
         out = (
             ctx.shards()
             | "BoundAndAggregate" >> bounding
             | "Release" >> ReleaseNoisily(params, ctx.keys, noise=ctx.noise, selected=selected)
         )
         return cast("PCollection[dict[str, Any]]", out)
-
-
-def listed_keys_table(keys: Any, by: Sequence[str], types: Mapping[str, Any]) -> Any:
-    """The public keys as an Arrow table of the ``by`` columns, in their input types."""
-    import pyarrow as pa  # noqa: PLC0415 (planning never needs it)
-
-    return pa.table(
-        {c: pa.array([k[i] for k in keys], types[c]) for i, c in enumerate(by)},
-    )
 
 
 KIND = AggregateKind()
