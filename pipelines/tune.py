@@ -147,7 +147,7 @@ def run_tune(
     if job.source:
         probe_writable(str(Path(job.source).parent), "the job file's directory (for the new one)")
     untuned = {q.name: r for q in job.queries if (r := untuned_reason(q)) is not None}
-    groups = tuning_groups(job, eps)
+    groups = tuning_groups(job, eps, checked.schema)
     if not groups.plans:
         return TuneResult([], untuned, directory, None, Fraction(0), None)
     reservation = None

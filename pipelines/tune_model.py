@@ -3,9 +3,12 @@ noise each candidate setting would get (from the job's plan).
 
 Tuned: ``count`` (L and C), ``persons`` (L), ``sum`` and ``mean`` (L, C and value bounds) per
 partition, with contribution bounds given as numbers. Other queries are listed with the reason
-they are not tuned. Queries with the same ``by`` share one structure measurement (it depends on
-the person and the partitions only); queries reading the same value column share one value
-measurement.
+they are not tuned. Queries with the same ``by`` and the same partitions (private, or one file of
+public keys) share one structure measurement (it depends on the person and the partitions only);
+queries reading the same value column over the same rows share one value measurement. A query
+with public partitions is measured on the rows of its listed keys alone, because the release
+drops the other rows before it bounds L: measured over all rows, a person's partitions would
+count keys the release never reads, and the recommended L would be too large.
 
 The noise of a setting comes from the job's own plan: the job is re-planned at each candidate L
 (the mechanism, the selection rule and the budget split are the ones ``userdp run`` would use),
@@ -19,6 +22,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
+from typing import Any
 
 from userdp.transforms.contribution_structure import StructurePlan, ValuePlan
 from userdp.transforms.mechanisms.bound_recommendation import (
@@ -30,7 +35,9 @@ from userdp.transforms.mechanisms.contribution_histogram import ContributionHist
 from userdp.transforms.mechanisms.value_histogram import ValueHistogram
 
 from .config import JobConfig, QueryConfig
+from .input_files import InputSchema
 from .plan import plan_release
+from .public_keys import read_public_keys, typed_public_keys
 
 TUNED_METRICS = ("count", "persons", "sum", "mean")
 PARTITIONS_SHARE = Fraction(1, 2)  # of a group's ε, for counting picked partitions (private)
@@ -54,12 +61,22 @@ def untuned_reason(q: QueryConfig) -> str | None:
     return None
 
 
-def group_name(by: Sequence[str]) -> str:
-    return "structure[" + ";".join(by) + "]"
+def group_name(by: Sequence[str], keys_file: str | None = None) -> str:
+    """``structure[domain]``; ``structure[domain] keys=domains.csv`` for public partitions."""
+    return "structure[" + ";".join(by) + "]" + _keys_suffix(keys_file)
 
 
-def value_name(column: str) -> str:
-    return f"values[{column}]"
+def value_name(column: str, keys_file: str | None = None) -> str:
+    return f"values[{column}]" + _keys_suffix(keys_file)
+
+
+def _keys_suffix(keys_file: str | None) -> str:
+    return "" if keys_file is None else f" keys={Path(keys_file).name}"
+
+
+def _keys_file(q: QueryConfig) -> str | None:
+    """The file of public keys whose rows alone the query reads, or None (every row)."""
+    return None if q.partitions in (None, "private") else str(q.partitions)
 
 
 @dataclass(frozen=True)
@@ -72,31 +89,56 @@ class TuneGroups:
     value_of_query: Mapping[str, str]  # sum / mean query name → its value measurement
 
 
-def tuning_groups(job: JobConfig, epsilon: Fraction) -> TuneGroups:
-    """One measurement per distinct ``by`` and one per value column of a tuned query, ε split
-    evenly between them."""
-    groups: dict[tuple[str, ...], list[QueryConfig]] = {}
-    columns: dict[str, list[QueryConfig]] = {}
+def tuning_groups(job: JobConfig, epsilon: Fraction, schema: InputSchema) -> TuneGroups:
+    """One structure measurement per distinct (``by``, partitions) and one value measurement per
+    distinct (value column, rows read) of the tuned queries, ε split evenly between them.
+    ``schema``: the inputs' (checked) schema, which types the public keys."""
+    groups: dict[tuple[tuple[str, ...], str | None], list[QueryConfig]] = {}
+    columns: dict[tuple[str, tuple[str, ...], str | None], list[QueryConfig]] = {}
     for q in job.queries:
         if untuned_reason(q) is None:
-            groups.setdefault(tuple(q.by), []).append(q)
+            f = _keys_file(q)
+            groups.setdefault((tuple(q.by), f), []).append(q)
             if q.metric in ("sum", "mean"):
-                columns.setdefault(str(q.value), []).append(q)
+                columns.setdefault((str(q.value), tuple(q.by) if f else (), f), []).append(q)
     if not groups:
         return TuneGroups((), (), {}, {})
     share = epsilon / (len(groups) + len(columns))
+    typed: dict[tuple[tuple[str, ...], str | None], tuple[tuple[Any, ...], ...] | None] = {}
+    for (by, f), queries in groups.items():  # each key file read and typed once, as the release
+        q = queries[0]
+        i = job.queries.index(q)
+        key = f"queries[{i}].partitions"
+        typed[by, f] = None if f is None else typed_public_keys(
+            read_public_keys(q, key, job.source), by, schema
+        )  # fmt: skip
+    names = _unique_names([group_name(by, f) for by, f in groups])
     plans, of_query = [], {}
-    for by, queries in groups.items():
-        private = any(q.partitions in (None, "private") for q in queries)
-        counted = share * PARTITIONS_SHARE if private else None
+    for name, ((by, f), queries) in zip(names, groups.items(), strict=True):
+        counted = share * PARTITIONS_SHARE if f is None else None
         hist = ContributionHistograms(
             epsilon=share - (counted or 0), max_exponent=HISTOGRAM_MAX_EXPONENT
         )
-        plans.append(StructurePlan(group_name(by), by, hist, counted))
-        of_query.update({q.name: group_name(by) for q in queries})
-    values = tuple(ValuePlan(value_name(c), c, ValueHistogram(epsilon=share)) for c in columns)
-    value_of = {q.name: value_name(c) for c, qs in columns.items() for q in qs}
+        plans.append(StructurePlan(name, by, hist, counted, typed[by, f]))
+        of_query.update({q.name: name for q in queries})
+    vnames = _unique_names([value_name(c, f) for c, _, f in columns])
+    values = tuple(
+        ValuePlan(name, c, ValueHistogram(epsilon=share), by, typed[by, f] if f else None)
+        for name, (c, by, f) in zip(vnames, columns, strict=True)
+    )
+    value_of = {q.name: n for n, qs in zip(vnames, columns.values(), strict=True) for q in qs}
     return TuneGroups(tuple(plans), values, of_query, value_of)
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    """``names`` with a repeat numbered: ``… keys=k.csv (2)`` (key files of one name in two
+    folders)."""
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n} ({seen[n]})")
+    return out
 
 
 def noise_model(job: JobConfig, i: int) -> tuple[NoiseAbs, float]:

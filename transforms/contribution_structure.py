@@ -5,7 +5,10 @@ Applied to a release's persons (``release.ByPerson(...)``'s output), for one set
 
 1. per person shard (the release's one shuffle by person), each person's row count in each
    partition they touch and their number of partitions P — pure pyarrow/numpy, no noise;
-   summed as integer pair counts per (P, bucket of r) over shards, in any order;
+   summed as integer pair counts per (P, bucket of r) over shards, in any order. With public
+   partitions (``public_keys``) only the rows of listed keys are read, as the release itself
+   drops the other rows before it bounds L (:func:`.bounding.rows_of_listed_keys`): P is then
+   the number of *listed* partitions a person touches, the number L is spent on;
 2. optionally, for private partitions, the partitions *someone picked*: each person picks one of
    their partitions by a keyed hash of (person, partition) — a function of their own rows only —
    and the distinct picks are counted (Beam's ``Distinct``, spread over workers): removing a
@@ -23,7 +26,8 @@ booked with the release when the transform is applied, like any metric's. Output
 ``ValueStructure`` measures one value column the same way: per shard, each person's values
 counted per (their number of values n, bucket), summed as integers, then the weighted histogram
 (1/n per value) with Laplace noise in the final step — pure ε-DP
-(:mod:`.mechanisms.value_histogram`).
+(:mod:`.mechanisms.value_histogram`); with public partitions, only the values in rows of listed
+keys, which are the values the release reads.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import pyarrow as pa
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.combiners import Count
 
+from .bounding import rows_of_listed_keys
 from .by_person import people_of
 from .keys import NoiseKey
 from .mechanisms.accounting import PureDP
@@ -67,12 +72,18 @@ class _Measurement:
 
 @dataclass(frozen=True)
 class StructurePlan(_Measurement):
-    """Public facts of one measurement: its name, ``by``, the histogram and the picks' ε."""
+    """Public facts of one measurement: its name, ``by``, the histogram, the picks' ε and, for
+    public partitions, the listed keys (each a tuple in the ``by`` columns' input types)."""
 
     name: str
     by: tuple[str, ...]
     histogram: ContributionHistograms
     partitions_epsilon: Fraction | None  # None: the partitions are public, nothing is counted
+    public_keys: tuple[tuple[Any, ...], ...] | None = None  # None: every row is read
+
+    def __post_init__(self) -> None:
+        if self.public_keys is not None and self.partitions_epsilon is not None:
+            raise ValueError(f"{self.name}: public partitions have no picks to count")
 
     @property
     def share(self) -> PureDP:
@@ -98,12 +109,17 @@ class StructurePlan(_Measurement):
                 self.partitions_epsilon,
                 counts="distinct partitions picked by a person (one pick each)",
             ),
+            "rows": _rows_read(self.public_keys),
         }
 
     def plan_lines(self) -> list[str]:
-        return [
-            f"contribution structure by {list(self.by)}: pure ε = {float(self.share.epsilon):.4g}"
-        ]
+        rows = "" if self.public_keys is None else f" (rows of {len(self.public_keys)} public keys)"
+        eps = float(self.share.epsilon)
+        return [f"contribution structure by {list(self.by)}{rows}: pure ε = {eps:.4g}"]
+
+
+def _rows_read(keys: tuple[tuple[Any, ...], ...] | None) -> str:
+    return "all" if keys is None else f"those of the {len(keys)} public keys"
 
 
 def _pick_hash(key: bytes, person: str, partition: str) -> bytes:
@@ -111,10 +127,17 @@ def _pick_hash(key: bytes, person: str, partition: str) -> bytes:
 
 
 def shard_structure(
-    table: pa.Table, by: tuple[str, ...], h: ContributionHistograms, pick_key: bytes | None
+    table: pa.Table,
+    by: tuple[str, ...],
+    h: ContributionHistograms,
+    pick_key: bytes | None,
+    public_keys: tuple[tuple[Any, ...], ...] | None = None,
 ) -> tuple[PairCounts, set[str]]:
     """One person shard (all rows of its persons): pair counts per (P, bucket of r) and the
-    canonical keys the shard's persons picked (empty without ``pick_key``). Not private."""
+    canonical keys the shard's persons picked (empty without ``pick_key``), over the rows of
+    ``public_keys`` when given. Not private."""
+    if public_keys is not None:
+        table = rows_of_listed_keys(table, by, public_keys)
     if table.num_rows == 0:
         return {}, set()
     pairs = table.group_by([PERSON_COLUMN, *by]).aggregate([([], "count_all")])
@@ -201,9 +224,9 @@ class ContributionStructure(beam.PTransform[Any, Any]):
         release._register(plan.name, plan, Fraction(0))
         keys = release._query_keys()
         pick_key = keys.subkey("tune-pick", plan.name) if plan.partitions_epsilon else None
-        h, by = plan.histogram, plan.by
+        h, by, listed = plan.histogram, plan.by, plan.public_keys
         per_shard = people.shards() | "Structure" >> beam.MapTuple(
-            lambda _, t: shard_structure(t, by, h, pick_key)
+            lambda _, t: shard_structure(t, by, h, pick_key, listed)
         )
         counts = (
             per_shard
@@ -225,11 +248,18 @@ class ContributionStructure(beam.PTransform[Any, Any]):
 
 @dataclass(frozen=True)
 class ValuePlan(_Measurement):
-    """Public facts of one value measurement: its name, the column and the histogram."""
+    """Public facts of one value measurement: its name, the column, the histogram and, for
+    public partitions, the listed keys of the ``keys_by`` columns whose rows alone are read."""
 
     name: str
     column: str
     histogram: ValueHistogram
+    keys_by: tuple[str, ...] = ()
+    public_keys: tuple[tuple[Any, ...], ...] | None = None  # None: every row is read
+
+    def __post_init__(self) -> None:
+        if (self.public_keys is None) != (not self.keys_by):
+            raise ValueError(f"{self.name}: public keys need their `by` columns, and only they")
 
     @property
     def by(self) -> tuple[str, ...]:
@@ -252,14 +282,25 @@ class ValuePlan(_Measurement):
                 buckets=f"signed powers of two, 2^{h.min_exponent} … 2^{h.max_exponent}",
                 cells="1/n per value of a person with n values",
             ),
+            "rows": _rows_read(self.public_keys),
         }
 
     def plan_lines(self) -> list[str]:
-        return [f"values of {self.column}: pure ε = {float(self.share.epsilon):.4g}"]
+        rows = "" if self.public_keys is None else f" (rows of {len(self.public_keys)} public keys)"
+        return [f"values of {self.column}{rows}: pure ε = {float(self.share.epsilon):.4g}"]
 
 
-def shard_values(table: pa.Table, column: str, h: ValueHistogram) -> PairCounts:
-    """One person shard: values per (n, bucket), n the person's number of values. Not private."""
+def shard_values(
+    table: pa.Table,
+    column: str,
+    h: ValueHistogram,
+    keys_by: tuple[str, ...] = (),
+    public_keys: tuple[tuple[Any, ...], ...] | None = None,
+) -> PairCounts:
+    """One person shard: values per (n, bucket), n the person's number of values (over the rows
+    of ``public_keys`` when given). Not private."""
+    if public_keys is not None:
+        table = rows_of_listed_keys(table, keys_by, public_keys)
     if table.num_rows == 0:
         return {}
     persons = table.column(PERSON_COLUMN).to_numpy(zero_copy_only=False)
@@ -296,13 +337,16 @@ class ValueStructure(beam.PTransform[Any, Any]):
         release, plan = people.release, self._plan
         if plan.column not in people.schema.numbers:
             raise ValueError(f"ValueStructure: {plan.column!r} is not a value column of ByPerson")
+        missing = [c for c in plan.keys_by if c not in dict(people.schema.keys)]
+        if missing:
+            raise ValueError(f"ValueStructure: {missing} are not key columns of ByPerson")
         release._bind(rows.pipeline)
         release._register(plan.name, plan, Fraction(0))
         keys = release._query_keys()
-        column, h = plan.column, plan.histogram
+        column, h, by, listed = plan.column, plan.histogram, plan.keys_by, plan.public_keys
         out: PCollection[Any] = (
             people.shards()
-            | "Values" >> beam.MapTuple(lambda _, t: shard_values(t, column, h))
+            | "Values" >> beam.MapTuple(lambda _, t: shard_values(t, column, h, by, listed))
             | "Merge" >> beam.CombineGlobally(_SumCounts())
             | "Noise" >> beam.Map(_NoisyValues(plan, keys.for_query(plan.name), release._noise))
         )

@@ -140,6 +140,91 @@ def test_noise_off_measures_the_exact_histogram_and_recommends_the_models_best(
     assert mean.new.bounds is not None and mean.old.bounds == (0.0, 600.0)
 
 
+PUBLIC_JOB = """\
+[input]
+path = "{data}"
+person = "person_id"
+
+[budget]
+epsilon = 1.0
+delta = 1e-6
+
+[output]
+path = "release/"
+
+[[queries]]
+name = "visits"
+metric = "count"
+by = ["domain"]
+partitions = "{keys}"
+max_partitions_per_person = 8
+max_rows_per_partition = 1
+
+[[queries]]
+name = "mean_duration"
+metric = "mean"
+by = ["domain"]
+value = "duration_s"
+bounds = [0.0, 600.0]
+partitions = "{keys}"
+max_partitions_per_person = 8
+max_rows_per_partition = 1
+
+[[queries]]
+name = "people"
+metric = "persons"
+by = ["domain"]
+max_partitions_per_person = 8
+"""
+
+
+def test_public_partitions_are_measured_on_the_rows_of_listed_keys_alone(logs: Path) -> None:
+    """The release drops unlisted keys' rows before it bounds L; tune measures what it reads:
+    a person's P counts listed partitions only, and a mean's values are those of listed keys."""
+    listed = ["site00.example", "site01.example"]
+    (logs / "public").mkdir()
+    keys = logs / "public" / "domains.csv"
+    keys.write_text("domain\n" + "\n".join(listed) + "\n")
+    path = logs / "public" / "job.toml"
+    path.write_text(PUBLIC_JOB.format(data=logs / "logs.parquet", keys=keys))
+    job = load_job(path)
+    result = run_tune(job, Fraction(1), str(logs / "public-out"), release_key=KEY, noise=False)
+    measured = json.loads((logs / "public-out" / "measurements.json").read_text())
+    assert set(measured) == {
+        "structure[domain] keys=domains.csv",  # the two public queries share one measurement
+        "structure[domain]",  # the private one reads every row
+        "values[duration_s] keys=domains.csv",
+    }
+    thirds = Fraction(1, 3)  # ε = 1 over three measurements; picks take half of the private one
+    per = exact_pairs(logs)
+    only_listed = [[n for d, n in row.items() if d in listed] for row in per.values()]
+    public = measured["structure[domain] keys=domains.csv"]
+    h = ContributionHistograms(epsilon=thirds, max_exponent=8)
+    assert public["histogram"] == h.exact([r for r in only_listed if r])
+    assert public["partitions"] is None
+    assert public["histogram"] != h.exact([list(d.values()) for d in per.values()])
+    private = measured["structure[domain]"]
+    with_picks = ContributionHistograms(epsilon=thirds / 2, max_exponent=8)
+    assert private["histogram"] == with_picks.exact([list(d.values()) for d in per.values()])
+    durations: dict[str, list[float]] = defaultdict(list)
+    rows = pq.read_table(logs / "logs.parquet", columns=["person_id", "domain", "duration_s"])
+    for row in rows.to_pylist():
+        if row["domain"] in listed:
+            durations[str(row["person_id"])].append(row["duration_s"])
+    assert measured["values[duration_s] keys=domains.csv"]["histogram"] == pytest.approx(
+        ValueHistogram(epsilon=thirds).exact(list(durations.values())), rel=1e-12
+    )
+    # nobody touches more than two listed partitions: L above 2 only adds noise
+    visits, mean, people = result.recommendations
+    assert visits.new.L <= 2 and mean.new.L <= 2
+    assert visits.partitions_from == "public keys" and visits.partitions == 2
+    assert people.new.L > 2  # the private query's persons touch more of the 12 domains
+    manifest = json.loads((logs / "public-out" / "manifest.json").read_text())
+    rows_read = {m["name"]: m["rows"] for m in manifest["measurements"]}
+    assert rows_read["structure[domain] keys=domains.csv"] == "those of the 2 public keys"
+    assert rows_read["structure[domain]"] == "all"
+
+
 def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Path) -> None:
     path = write_job(logs, "beside")
     original = path.read_text()

@@ -14,6 +14,7 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 import userdp.transforms as dp
@@ -82,6 +83,31 @@ def test_structure_with_public_partitions_counts_no_picks() -> None:
     want = {"histogram": HIST.exact(rows_per_domain(rows)), "partitions": None}
     plan = StructurePlan("structure[domain]", ("domain",), HIST, None)
     measure(rows, plan, ContributionStructure, want)
+
+
+def test_structure_with_public_partitions_reads_the_rows_of_listed_keys_alone() -> None:
+    rows = visits(120, lambda i: [f"d{j}.example" for j in range(i % 4 + 1)])
+    listed = [("d1.example",), ("d3.example",)]
+    kept = [r for r in rows if (r["domain"],) in listed]
+    want = {"histogram": HIST.exact(rows_per_domain(kept)), "partitions": None}
+    plan = StructurePlan("structure[domain]", ("domain",), HIST, None, tuple(listed))
+    measure(rows, plan, ContributionStructure, want)
+    h = ValueHistogram(epsilon=Fraction(1, 2))
+    per: dict[str, list[float]] = defaultdict(list)
+    for r in kept:
+        per[r["person"]].append(r["duration_s"])
+    values = ValuePlan("values[duration_s]", "duration_s", h, ("domain",), tuple(listed))
+    measure(rows, values, ValueStructure, {"histogram": h.exact(list(per.values()))})
+
+
+def test_plans_refuse_public_keys_they_cannot_use() -> None:
+    with pytest.raises(ValueError, match="public partitions have no picks to count"):
+        StructurePlan("s", ("domain",), HIST, Fraction(1, 4), (("d1",),))
+    h = ValueHistogram(epsilon=Fraction(1, 2))
+    with pytest.raises(ValueError, match="public keys need their `by` columns"):
+        ValuePlan("v", "duration_s", h, (), (("d1",),))
+    with pytest.raises(ValueError, match="public keys need their `by` columns"):
+        ValuePlan("v", "duration_s", h, ("domain",), None)
 
 
 def test_values_sum_every_shard() -> None:
