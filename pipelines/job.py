@@ -37,6 +37,11 @@ from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_re
 from . import charging
 from .config import JobConfig
 from .config_paths import check_input_files_outside
+from .dead_letters import (
+    make_private_directory,
+    restrict_dead_letters,
+    settle_failed_dead_letters,
+)
 from .interrupts import RunInterrupted, caused_by
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
@@ -49,10 +54,7 @@ from .publish import (
     OutputLocationError,
     Staging,
     file_sha256,
-    make_private_directory,
     probe_writable,
-    restrict_dead_letters,
-    settle_failed_dead_letters,
     staging_parent,
 )
 from .release_graph import build_pipeline, default_shards, required_columns

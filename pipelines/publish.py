@@ -17,9 +17,14 @@ launcher
    manifest is complete, and the manifest lists every file of it.
 
 A run that fails before step 2 has published nothing: its staging directory is deleted, and the
-ledger may release its charge (``pipelines/job.py``). A run that fails during steps 2–4 leaves a
-directory without a manifest — incomplete, never complete-looking — and keeps its charge; re-running
-the same release id (free, same secret) completes it.
+ledger may release its charge (``pipelines/job.py``). A run killed outright (SIGKILL, the
+out-of-memory killer) cannot delete it; the next run beside the same release does
+(:func:`remove_abandoned_staging`): a local run holds an ``flock`` on its staging directory for its
+whole life, so a staging directory nobody holds, older than a minute, belongs to a dead run.
+
+A run that fails during steps 2–4 leaves a directory without a manifest — incomplete, never
+complete-looking — and keeps its charge; re-running the same release id (free, same secret)
+completes it.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -138,31 +145,41 @@ class Staging:
     output: str  # the release directory
     path: str  # the staging directory
     created: tuple[str, ...] = ()  # local directories made for it (removed with it)
+    lock: int | None = field(default=None, compare=False)  # fd holding its flock (local only)
 
     @classmethod
     def create(cls, output: str) -> Staging:
-        """A fresh staging directory beside ``output``. The launcher has probed both locations
-        (:func:`probe_writable`) before charging; this creates the directory for the run."""
+        """A fresh staging directory beside ``output``, locked for this run's life (module
+        docstring); a dead run's leftovers beside it are removed first. The launcher has probed
+        both locations (:func:`probe_writable`) before charging."""
         parent, name = FileSystems.split(output.rstrip("/"))
-        staging = FileSystems.join(parent, f".{name}.userdp-staging-{secrets.token_hex(6)}")
+        remove_abandoned_staging(output)
+        staging = FileSystems.join(parent, f"{_staging_prefix(name)}{secrets.token_hex(6)}")
         try:
             created = _make_dirs(staging)
+            lock = _hold(staging) if is_local_path(staging) else None
         except Exception as e:
             raise OutputLocationError(
                 f"the staging directory {staging!r} cannot be created ({_reason(e)})"
             ) from None
-        return cls(output, staging, tuple(created))
+        return cls(output, staging, tuple(created), lock)
 
     def staged(self, filename: str) -> str:
         return FileSystems.join(self.path, filename)
 
     def discard(self) -> None:
-        """Deletes the staging directory and everything in it (a failed or finished run)."""
+        """Deletes the staging directory and everything in it (a failed or finished run), then
+        lets go of its lock."""
         try:
             if FileSystems.exists(self.path):
                 FileSystems.delete([self.path])
         except Exception:
             pass
+        if self.lock is not None:  # once: a second close could close a reused descriptor
+            fd = self.lock
+            object.__setattr__(self, "lock", None)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def file_facts(self, layout: Mapping[str, QueryFiles]) -> dict[str, list[dict[str, object]]]:
         """Query name → [{file, bytes, sha256}] of each staged file of its output;
@@ -225,6 +242,59 @@ class Staging:
         return published
 
 
+ABANDONED_AFTER_S = 60.0  # a live run locks its staging directory microseconds after making it
+
+
+def _staging_prefix(name: str) -> str:
+    return f".{name}.userdp-staging-"
+
+
+def _hold(directory: str) -> int:
+    """An open descriptor of ``directory`` holding an exclusive ``flock`` on it (released when
+    closed, or when the process dies however it dies)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh directory: nobody else holds it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_abandoned_staging(output: str) -> list[str]:
+    """Deletes the staging directories beside a local ``output`` that a killed run left: those no
+    live run holds locked, older than ``ABANDONED_AFTER_S``. Returns their paths. They hold DP
+    outputs of a release that was never published (noised, so no raw data lingered), and they
+    would otherwise pile up hidden beside the release. Object stores are left as they are (no
+    lock there tells a live run from a dead one)."""
+    if not is_local_path(output):
+        return []
+    parent, name = os.path.split(os.path.abspath(output.rstrip("/")))
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        path = os.path.join(parent, entry)
+        if not entry.startswith(_staging_prefix(name)) or os.path.islink(path):
+            continue
+        try:
+            if time.time() - os.stat(path).st_mtime < ABANDONED_AFTER_S:
+                continue
+            fd = _hold(path)  # BlockingIOError: a live run holds it
+        except OSError:
+            continue
+        try:
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError:
+            pass  # not ours to remove (another user's): left as it is
+        finally:
+            os.close(fd)
+    return removed
+
+
 @contextlib.contextmanager
 def _publishing_lock(directory: str) -> Iterator[None]:
     """Serialises launchers publishing into one local release directory (an exclusive
@@ -281,54 +351,3 @@ def _remove_files(directory: str, names: Sequence[str]) -> None:
         if is_local_path(directory):  # not empty (not only ours) or gone: left as it is
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(directory, shard_dir))
-
-
-def make_private_directory(directory: str | None) -> None:
-    """Creates a missing local dead-letter directory owner-only (0700) before the run, so the raw
-    rows Beam writes into it are unreadable by other users whatever the umask (Beam creates its
-    files 0644 under a usual umask). An existing directory keeps the mode its operator gave it;
-    :func:`restrict_dead_letters` still closes the files. Other filesystems (``gs://`` …) keep
-    their own access control: the bucket's permissions decide."""
-    if not directory or not is_local_path(directory) or os.path.isdir(directory):
-        return
-    os.makedirs(directory, exist_ok=True)
-    os.chmod(directory, 0o700)  # exact, whatever the umask (makedirs' mode is masked)
-
-
-def restrict_dead_letters(directory: str | None) -> None:
-    """Makes every local ``dead_letter-*`` file owner-only (0600) after a run, success or not:
-    they are raw private rows, like the operator log and the ledger (also 0600)."""
-    if not directory or not is_local_path(directory) or not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if name.startswith("dead_letter") and os.path.isfile(path):
-            try:
-                os.chmod(path, 0o600)
-            except OSError:  # another user's file from an earlier run: not ours to change
-                continue
-
-
-def settle_failed_dead_letters(directory: str | None) -> None:
-    """After a failed run: Beam's temporary folders deleted, the finished files owner-only."""
-    remove_temporary_folders(directory)
-    restrict_dead_letters(directory)
-
-
-def remove_temporary_folders(directory: str | None) -> None:
-    """Deletes Beam's ``beam-temp-*`` folders (raw dead-letter rows of a failed write)."""
-    if not directory:
-        return
-    try:
-        matches = FileSystems.match([FileSystems.join(directory, "beam-temp-*")])
-        paths = [m.path for r in matches for m in r.metadata_list]
-        if is_local_path(directory) and os.path.isdir(directory):
-            paths += [
-                os.path.join(directory, n)
-                for n in os.listdir(directory)
-                if n.startswith("beam-temp-")
-            ]
-        if paths:
-            FileSystems.delete(sorted(set(paths)))
-    except Exception:
-        pass

@@ -17,8 +17,8 @@ import pytest
 
 from tests.stats_helpers import TEST_SECRET
 from userdp.pipelines.config import parse_job
+from userdp.pipelines.dead_letters import make_private_directory, restrict_dead_letters
 from userdp.pipelines.job import run_release
-from userdp.pipelines.publish import make_private_directory, restrict_dead_letters
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 
