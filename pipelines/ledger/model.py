@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -70,8 +71,17 @@ def from_text(text: object, what: str = "stored amount") -> Fraction:
     return Fraction(int(m.group(1)), int(m.group(2)))
 
 
+SHOWN_DIGITS = 40  # longer exact texts are shown as a decimal (the JSON keeps them exact)
+
+
 def show(x: Fraction) -> str:
-    """Exact, with a decimal approximation when not an integer: ``1/3 (≈0.3333333333)``."""
+    """Exact, with a decimal approximation when not an integer: ``1/3 (≈0.3333333333)``; an
+    exact text past ``SHOWN_DIGITS`` digits (``1e400`` given as a cap) only as ``≈1e+400``."""
+    digits = len(str(x.numerator)) + len(str(x.denominator))
+    if digits > SHOWN_DIGITS:
+        with localcontext() as ctx:  # Decimal: no float overflow or underflow
+            ctx.prec = 12
+            return f"≈{(Decimal(x.numerator) / Decimal(x.denominator)).normalize():.10g}"
     if x.denominator == 1:
         return str(x.numerator)
     return f"{x.numerator}/{x.denominator} (≈{float(x):.10g})"

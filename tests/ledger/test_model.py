@@ -27,6 +27,15 @@ def test_rationals_are_stored_as_exact_p_over_q_text() -> None:
     assert show(Fraction(1, 3)) == "1/3 (≈0.3333333333)" and show(Fraction(4)) == "4"
 
 
+def test_huge_or_tiny_exact_amounts_are_shown_as_decimals() -> None:
+    """A cap of ε = 1e400 is kept exactly but shown in 7 characters, not 401 digits."""
+    assert show(Fraction(10**400)) == "≈1e+400"
+    assert show(Fraction(1, 10**300)) == "≈1e-300"
+    assert show(Fraction(2**200, 3)) == "≈5.356460148e+59"
+    assert show(Fraction(10**6)) == "1000000" and show(Fraction(1, 3)) == "1/3 (≈0.3333333333)"
+    assert str(Amount("approx", Fraction(10**400))) == "(ε=≈1e+400, δ=0)"
+
+
 def test_amounts_add_exactly_and_refuse_mixing_kinds() -> None:
     a = Amount("approx", Fraction(1, 3), Fraction(1, 10**6))
     assert a + a + a == Amount(
