@@ -174,6 +174,7 @@ class _Metric(beam.PTransform[Any, Any]):
             raise
         if self._public is not None:
             _check_key_arity(self._public, q.by, label)
+            _check_key_types(self._public, q.by, people, label)
         share, sel_delta = explicit_share_of(q, people.release, label)
         plan = plan_member(q, people, label, share, sel_delta, public=self._public)
         out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
@@ -228,6 +229,19 @@ def _check_key_arity(keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], lab
                 f"for by = {list(by)}: give one value per by column (a tuple when there are "
                 "several)"
             )
+
+
+def _check_key_types(
+    keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], people: People, label: str
+) -> None:
+    """Each public key value has its ``by`` column's declared type, checked when the transform
+    is applied (the release types them the same way when it runs), and named by the transform."""
+    from userdp.pipelines.public_keys import typed_public_keys  # noqa: PLC0415
+
+    try:
+        typed_public_keys(keys, by, people.schema)
+    except ValueError as e:
+        raise ValueError(f"{label}: public_partitions: {e}") from None
 
 
 def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any, Fraction]:

@@ -175,6 +175,8 @@ def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
             _ = people | "pcoll" >> count(public_partitions=p | "keys" >> beam.Create(["x"]))
         with pytest.raises(TypeError, match="a list of keys, got str 'x'"):
             _ = people | "str" >> count(public_partitions="x")
+        with pytest.raises(ValueError, match=r"'int'\): public_partitions: key 2, column 'k'"):
+            _ = people | "int" >> count(public_partitions=["x", 3])
         with pytest.raises(ValueError, match=r"Median.*public_partitions is for the metrics that"):
             _ = people | "median" >> dp.Median(
                 value="v", bounds=[0, 1], epsilon=0.1, public_partitions=["x"]
