@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +159,20 @@ def test_an_interrupt_inside_a_beam_step_is_an_interrupt_not_a_failure(
     err = capsys.readouterr().err
     assert "interrupted while the pipeline ran; nothing was published; the ledger's charge" in err
     assert "the pipeline failed" not in err
+
+
+def test_ctrl_c_while_the_command_line_loads_is_exit_130_without_a_traceback() -> None:
+    """The console script's entry (pipelines/entry.py) guards the slow import of Beam."""
+    code = textwrap.dedent("""
+        import sys
+        class Interrupting:  # Ctrl-C arriving while userdp.pipelines.cli is imported
+            def find_spec(self, name, path=None, target=None):
+                if name == "userdp.pipelines.cli":
+                    raise KeyboardInterrupt
+        sys.meta_path.insert(0, Interrupting())
+        from userdp.pipelines.entry import main
+        sys.exit(main(["--help"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 130
+    assert done.stderr == "userdp: interrupted while starting; nothing ran\n"
