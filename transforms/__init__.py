@@ -35,6 +35,9 @@ Misuse fails when the transform is applied, with what to do: a metric on rows th
 through ``ByPerson``, a column not declared there, a reused name, a share that does not fit in
 what is left, Gaussian noise or private partitions without δ, a function that cannot be pickled.
 
+For your own unit tests, :mod:`userdp.transforms.testing` gives a release with the noise off
+(exact, contribution-bounded values; local runners only; not private).
+
 Below this module: the Beam steps (``aggregate``, ``noisy_combine`` …, not private on their own:
 use the metric transforms) and :mod:`userdp.transforms.mechanisms`, the pure core (no Beam).
 """

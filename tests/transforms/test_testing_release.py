@@ -1,0 +1,76 @@
+"""``userdp.transforms.testing.exact_release``: exact, contribution-bounded values for a library
+user's own unit tests; refused on any runner that is not local; says "noise off" in its
+manifest; misuse named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+import pytest
+
+import userdp.transforms as dp
+from userdp.transforms import testing
+from userdp.transforms.release import ReleaseError
+from userdp.transforms.testing import NOISE_OFF, exact_release
+
+from ..beam_collect import run_and_collect
+
+ROWS = [
+    *({"pid": "ann", "dom": "a.example"} for _ in range(3)),  # 3 rows: C = 2 keeps 2
+    {"pid": "bob", "dom": "a.example"},
+    {"pid": "cy", "dom": "c.example"},  # a partition of one person: still released
+    {"pid": "dan", "dom": "b.example"},  # two domains: L = 1 keeps one of them
+    {"pid": "dan", "dom": "d.example"},
+]
+
+
+def released(rows: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    release = exact_release(dp.Budget(epsilon=1, delta=1e-6))
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"})
+        visits = people | "visits" >> dp.Count(
+            by=["dom"], max_partitions_per_person=1, max_rows_per_partition=2,
+            epsilon=0.5, delta=5e-7,
+        )  # fmt: skip
+        return {"visits": visits | beam.Map(lambda r: (r.dom, r.value))}
+
+    return run_and_collect(build)["visits"], release.manifest()
+
+
+def test_values_are_exact_and_bounded_and_every_partition_is_kept() -> None:
+    out, manifest = released(ROWS)
+    by_dom = dict(out)
+    assert len(out) == len(by_dom) == 3
+    assert by_dom["a.example"] == 3 and by_dom["c.example"] == 1  # ann's 3 rows cut to 2
+    # dan keeps one of his two domains (a keyed hash of his own rows decides which), so exactly
+    # one of them holds a person and is released
+    assert [d for d in ("b.example", "d.example") if d in by_dom] in (["b.example"], ["d.example"])
+    assert by_dom.get("b.example", 0) + by_dom.get("d.example", 0) == 1
+    assert manifest["noise"] == NOISE_OFF
+    assert manifest["spent"]["epsilon"] == 0.5  # the budget is booked as in a real release
+    for _ in range(2):  # the fixed seed: the same rows are kept in every run
+        again, _ = released(ROWS)
+        assert sorted(again) == sorted(out)
+
+
+def test_a_non_local_runner_is_refused_when_the_first_transform_is_applied() -> None:
+    release = exact_release(dp.Budget(epsilon=1))
+    p = beam.Pipeline(runner="PortableRunner")  # built, never run
+    rows = p | beam.Create(ROWS)
+    with pytest.raises(ReleaseError, match=r"exact_release has no noise .* not PortableRunner"):
+        _ = rows | release.ByPerson("pid", keys={"dom": "string"})
+
+
+def test_misuse_is_named() -> None:
+    with pytest.raises(TypeError, match="budget must be a userdp Budget"):
+        exact_release({"epsilon": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seed must be bytes, got str"):
+        exact_release(dp.Budget(epsilon=1), seed="s")  # type: ignore[arg-type]
+
+
+def test_the_module_docstring_example_runs_as_written() -> None:
+    doc = testing.__doc__ or ""
+    block = doc.split("::\n\n", 1)[1].split("\n\nWith noise off", 1)[0]
+    exec("\n".join(line[4:] for line in block.splitlines()), {})  # its assert_that must hold
