@@ -221,8 +221,9 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
         selection, selection_budget, stat, persons_reuse = _own_split(q, ctx)
     sens, count_sens = _sensitivities(q, bounding)
     parts = 2 if q.metric == "mean" else 1
-    noise = _mechanism(q.noise, stat, sens, parts)
-    count_noise = _mechanism(q.noise, stat, count_sens, parts) if count_sens else None
+    spans = L if q.by else 1  # partitions one person changes, each released and rounded alone
+    noise = _mechanism(q.noise, stat, sens, parts, spans)
+    count_noise = _mechanism(q.noise, stat, count_sens, parts, spans) if count_sens else None
     metric = cast(Metric, q.metric)
     params = ReleaseParams(
         q.name,
@@ -348,14 +349,19 @@ def _sens(per_partition: Fraction, L: int) -> Sensitivity:
     return Sensitivity(float_up(per_partition), float_up(per_partition * L), l2)
 
 
-def _mechanism(noise: str, stat: Budget, sens: Sensitivity, parts: int) -> NoiseMechanism:
+def _mechanism(
+    noise: str, stat: Budget, sens: Sensitivity, parts: int, spans: int
+) -> NoiseMechanism:
+    """One per-partition noise draw. The sensitivity covers the ``spans`` partitions one person
+    changes, and each is rounded to the noise grid alone: the mechanism allows for ``spans``
+    roundings, not one (additive.py's module docstring)."""
     if isinstance(stat, PureDP):
-        return LaplaceMechanism(sens.l1, float_down(stat.epsilon / parts))
+        return LaplaceMechanism(sens.l1, float_down(stat.epsilon / parts), spans=spans)
     assert isinstance(stat, ZCDP)
     rho = stat.rho / parts
     if noise == "gaussian":
-        return GaussianMechanism(sens.l2, float_down(rho))
-    return LaplaceMechanism(sens.l1, epsilon_within_rho(rho))  # Laplace inside a ρ share
+        return GaussianMechanism(sens.l2, float_down(rho), spans=spans)
+    return LaplaceMechanism(sens.l1, epsilon_within_rho(rho), spans=spans)  # inside a ρ share
 
 
 def _error95(m: NoiseMechanism) -> float:

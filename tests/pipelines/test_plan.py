@@ -44,7 +44,7 @@ def test_a_private_mean_gives_a_third_to_its_selection() -> None:
     # three equal parts: selection, centred sum, row count (as PipelineDP splits a mean)
     assert mean.selection_budget == ApproxDP(Fraction(1, 3), Fraction(1, 10**6))
     assert mean.statistic_budget == PureDP(Fraction(2, 3))
-    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(1, 3)))
+    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(1, 3)), spans=5)
 
 
 def test_one_private_query_splits_its_share_with_its_own_selection() -> None:
@@ -56,7 +56,7 @@ def test_one_private_query_splits_its_share_with_its_own_selection() -> None:
     assert count.params.selection == best_selection(Fraction(1, 2), Fraction(1, 10**6), 5)
     assert count.selection_budget == ApproxDP(Fraction(1, 2), Fraction(1, 10**6))
     assert count.statistic_budget == PureDP(Fraction(1, 2))
-    assert count.params.noise == LaplaceMechanism(15, 0.5)
+    assert count.params.noise == LaplaceMechanism(15, 0.5, spans=5)
 
 
 def test_example_plan_split_and_sensitivities() -> None:
@@ -82,7 +82,7 @@ def test_example_plan_split_and_sensitivities() -> None:
     assert count.sensitivity.l2 >= 3 * math.sqrt(5)
     noise = count.params.noise
     assert isinstance(noise, LaplaceMechanism)
-    assert noise == LaplaceMechanism(15, float_down(Fraction(3, 8)))
+    assert noise == LaplaceMechanism(15, float_down(Fraction(3, 8)), spans=5)
     assert noise.scale == pytest.approx(40, rel=1e-9)
     assert count.error95 == pytest.approx(40 * math.log(20), rel=1e-9)
     assert count.stddev == pytest.approx(40 * math.sqrt(2), rel=1e-6)
@@ -91,8 +91,8 @@ def test_example_plan_split_and_sensitivities() -> None:
     # split evenly: 3/16 for the centred sum and 3/16 for the row count.
     assert (mean.sensitivity.per_partition, mean.sensitivity.l1) == (900, 4500)
     assert mean.count_sensitivity is not None and mean.count_sensitivity.l1 == 15
-    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(3, 16)))
-    assert mean.params.count_noise == LaplaceMechanism(15, float_down(Fraction(3, 16)))
+    assert mean.params.noise == LaplaceMechanism(4500, float_down(Fraction(3, 16)), spans=5)
+    assert mean.params.count_noise == LaplaceMechanism(15, float_down(Fraction(3, 16)), spans=5)
     assert mean.stddev == pytest.approx(24000 * math.sqrt(2), rel=1e-6)
     assert mean.count_stddev == pytest.approx(80 * math.sqrt(2), rel=1e-6)
     assert mean.mean_stddev(100) == pytest.approx(
@@ -141,7 +141,7 @@ def test_zcdp_total_gaussian_selection_and_delta_split() -> None:
     assert isinstance(sel, GaussianThresholding)
     assert (sel.rho, sel.delta) == (Fraction(1, 4), Fraction(1, 10**6))
     assert q.statistic_budget == ZCDP(Fraction(1, 4))
-    assert q.params.noise == GaussianMechanism(q.sensitivity.l2, 0.25)
+    assert q.params.noise == GaussianMechanism(q.sensitivity.l2, 0.25, spans=5)
     assert q.stddev == pytest.approx(3 * math.sqrt(5) / math.sqrt(0.5), rel=1e-9)
     assert q.error95 == pytest.approx(Z95 * q.stddev)
 
@@ -223,6 +223,16 @@ def test_sum_sensitivity_is_c_times_max_abs_bound() -> None:
     assert 3 * 0.7 < s < 3 * 0.7 * (1 + 1e-11)
 
 
+def test_per_partition_noise_allows_for_l_roundings() -> None:
+    """Each of the L partitions a person changes is rounded to the noise grid alone: the
+    mechanisms allow L roundings (docs/noise.md §1), the count's and the mean's both."""
+    raw = query(1, metric="mean", bounds=[0.0, 0.1], max_partitions_per_person=8)
+    q = plan_release(parse_job(raw)).queries[1]
+    assert q.params.noise.spans == 8 and q.params.count_noise.spans == 8
+    raw = query(1, metric="sum", bounds=[0.0, 0.1], by=None, max_partitions_per_person=None)
+    assert plan_release(parse_job(raw)).queries[1].params.noise.spans == 1  # one partition
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json_lists", "json_scalars", "json_objects"])
 def test_public_partitions_from_file(tmp_path: Path, fmt: str) -> None:
     keys = ["a.com", "b.org", "a.com"]
@@ -238,7 +248,7 @@ def test_public_partitions_from_file(tmp_path: Path, fmt: str) -> None:
     q = plan.queries[0]
     assert q.params.public_partitions == (("a.com",), ("b.org",))
     assert q.params.selection is None and q.n_public_partitions == 2
-    assert q.params.noise == LaplaceMechanism(15, 0.5)  # the whole ε: no selection
+    assert q.params.noise == LaplaceMechanism(15, 0.5, spans=5)  # the whole ε: no selection
 
 
 def test_bad_public_key_files(tmp_path: Path) -> None:

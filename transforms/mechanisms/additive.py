@@ -14,6 +14,11 @@ Real-valued noise is never drawn as a float. Following Google's secure-noise app
 So the output is exactly distributed as g·(k_x + Z), and the privacy proof is the one for the
 discrete mechanisms (Canonne–Kamath–Steinke 2020), with no floating-point gap.
 
+A vector of d coordinates is rounded coordinate-wise, so its inflation is d·g (L1) or ⌈√d⌉·g
+(L2). The same holds when the coordinates are released one at a time by scalar mechanisms whose
+sensitivity covers all of them — one partition's value each, a person changing up to L of them:
+``spans = L`` inflates a scalar mechanism for the L roundings (docs/noise.md §1).
+
 Neighbouring relation: add or remove all rows of one person. The caller declares the sensitivity of
 the statistic under that relation (the Beam layer derives it from the contribution bounds).
 """
@@ -100,11 +105,11 @@ def _overflow(kind: str, sensitivity: Fraction, budget: str) -> NoiseScaleOverfl
     )
 
 
-def _check_dimension(dimension: int) -> None:
+def _check_dimension(dimension: int, name: str = "dimension") -> None:
     if isinstance(dimension, bool) or not isinstance(dimension, int):
-        raise TypeError(f"dimension must be an int, got {dimension!r}")
+        raise TypeError(f"{name} must be an int, got {dimension!r}")
     if dimension < 1:
-        raise ValueError(f"dimension must be ≥ 1, got {dimension}")
+        raise ValueError(f"{name} must be ≥ 1, got {dimension}")
 
 
 def _check_scalar(dimension: int) -> None:
@@ -130,7 +135,8 @@ class LaplaceMechanism:
     vectors of any two neighbouring data sets is at most ``l1_sensitivity``
     (Dwork–McSherry–Nissim–Smith 2006, seed ``calibrating-noise-dmns06.txt``, Proposition
     "Non-interactive Output Perturbation"; here in its exact discrete form, CKS 2020).
-    Noise is discrete Laplace on the grid g with scale (Δ₁ + d·g)/ε (see module docstring).
+    Noise is discrete Laplace on the grid g with scale (Δ₁ + n·g)/ε, n = max(d, ``spans``), the
+    number of rounded coordinates one person can move (see module docstring).
     A scale past the largest float is refused here (:class:`NoiseScaleOverflowError`), from Δ₁
     and ε alone, so planners that build their mechanisms never meet it at release.
     """
@@ -138,6 +144,7 @@ class LaplaceMechanism:
     l1_sensitivity: float
     epsilon: float
     dimension: int = 1
+    spans: int = 1  # separately released coordinates Δ₁ covers (per-partition releases: L)
     _k: int = field(init=False, repr=False)
     _grid_scale: Fraction = field(init=False, repr=False)
 
@@ -145,6 +152,8 @@ class LaplaceMechanism:
         delta = positive(self.l1_sensitivity, "l1_sensitivity", _PLAN_HINT)
         eps = positive(self.epsilon, "epsilon", _BUDGET_HINT)
         _check_dimension(self.dimension)
+        _check_dimension(self.spans, "spans")
+        rounded = max(self.dimension, self.spans)
         # The effective scale b = (Δ₁ + d·g)/ε ≥ Δ₁/ε must be a finite float, checked here from
         # Δ and ε alone. (Its std √2·b may still pass the float range: it is then stated as inf,
         # a public fact; the release saturates, see _noisy.)
@@ -152,8 +161,8 @@ class LaplaceMechanism:
             k = granularity_exponent(_finite(delta / eps))
             g = Fraction(2) ** k
             object.__setattr__(self, "_k", k)
-            # Discrete scale in grid units: (Δ₁ + d·g) / (ε·g).
-            object.__setattr__(self, "_grid_scale", (delta + self.dimension * g) / (eps * g))
+            # Discrete scale in grid units: (Δ₁ + n·g) / (ε·g).
+            object.__setattr__(self, "_grid_scale", (delta + rounded * g) / (eps * g))
             _finite(self.scale)
         except OverflowError as e:
             raise _overflow("Laplace", delta, f"ε = {float(eps):.4g}") from e
@@ -164,7 +173,7 @@ class LaplaceMechanism:
 
     @property
     def scale(self) -> float:
-        """The effective Laplace scale b in value units, (Δ₁ + d·g)/ε (slightly above Δ₁/ε)."""
+        """The effective Laplace scale b in value units, (Δ₁ + n·g)/ε (slightly above Δ₁/ε)."""
         return float(self._grid_scale) * self.granularity
 
     @property
@@ -188,8 +197,9 @@ class GaussianMechanism:
     Guarantee: ρ-zCDP for add/remove one person, provided the L2 distance between the statistic
     vectors of any two neighbouring data sets is at most ``l2_sensitivity`` (Bun–Steinke 2016,
     Prop. 1.6; exact discrete form: Canonne–Kamath–Steinke 2020, Theorem 4). Convert to (ε, δ)
-    with :mod:`.accounting`. Noise is discrete Gaussian on the grid g with σ² = (Δ₂ + ⌈√d⌉·g)²/(2ρ)
-    (rounding moves each coordinate by < g more, so the L2 distance grows by at most √d·g).
+    with :mod:`.accounting`. Noise is discrete Gaussian on the grid g with σ² = (Δ₂ + ⌈√n⌉·g)²/(2ρ),
+    n = max(d, ``spans``) (rounding moves each coordinate by < g more, so the L2 distance grows
+    by at most √n·g).
     A σ past the largest float is refused here (:class:`NoiseScaleOverflowError`), from Δ₂ and ρ
     alone.
     """
@@ -197,6 +207,7 @@ class GaussianMechanism:
     l2_sensitivity: float
     rho: float
     dimension: int = 1
+    spans: int = 1  # separately released coordinates Δ₂ covers (per-partition releases: L)
     _k: int = field(init=False, repr=False)
     _grid_sigma2: Fraction = field(init=False, repr=False)
 
@@ -204,12 +215,13 @@ class GaussianMechanism:
         delta = positive(self.l2_sensitivity, "l2_sensitivity", _PLAN_HINT)
         rho = positive(self.rho, "rho", _BUDGET_HINT)
         _check_dimension(self.dimension)
+        _check_dimension(self.spans, "spans")
         # Δ/√(2ρ) is a float quotient: past the float range it is inf, not an error, and would
         # give the grid 2^−40 and an OverflowError at release — so both numbers are checked here.
         try:
             k = granularity_exponent(_finite(_finite(delta) / math.sqrt(2.0 * float(rho))))
             g = Fraction(2) ** k
-            inflated = delta + _ceil_sqrt(self.dimension) * g
+            inflated = delta + _ceil_sqrt(max(self.dimension, self.spans)) * g
             object.__setattr__(self, "_k", k)
             object.__setattr__(self, "_grid_sigma2", inflated * inflated / (2 * rho * g * g))
             _finite(self.std)
