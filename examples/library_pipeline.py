@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         visits = people | "visits" >> dp.Count(
             by=["domain"], max_partitions_per_person=5, max_rows_per_partition=3,
-            epsilon=0.5, delta=5e-7,
+            epsilon=0.5, delta=1e-6,
         )  # fmt: skip
         median = people | "median_duration" >> dp.Median(
-            value="duration_s", per_person="mean", bounds=[0, 600], epsilon=0.5, delta=5e-7
+            value="duration_s", per_person="mean", bounds=[0, 600], epsilon=0.5
         )
         for name, released in (("visits", visits), ("median_duration", median)):
             _ = (

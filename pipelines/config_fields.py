@@ -35,6 +35,11 @@ _DELTA_NOT_SPENT = (
     "a delta share only on a query that spends δ (private partitions or an (ε, δ) mechanism)",
     "under rho, delta is spent only by private partition selection and (ε, δ) mechanisms",
 )
+_DELTA_NOT_SPENT_UNDER_EPSILON = (
+    "a delta share only on a query that spends δ (private partitions, gaussian noise or an "
+    "(ε, δ) mechanism)",
+    "this query is pure ε-DP: remove its delta (the budget's δ goes to the queries that spend it)",
+)
 
 
 class ConfigError(ValueError):
@@ -247,6 +252,9 @@ def parse_shares(
         v.fail(f"{k}.epsilon", MISSING, *_DELTA_WITHOUT_EPS)
     if b.rho is not None and delta is not None and spends_delta is None:
         v.fail(f"{k}.delta", delta, *_DELTA_NOT_SPENT)
+    spends_under_epsilon = spends_delta is not None or delta_under_epsilon is not None
+    if b.rho is None and delta is not None and not spends_under_epsilon:
+        v.fail(f"{k}.delta", delta, *_DELTA_NOT_SPENT_UNDER_EPSILON)
     no_delta = not b.delta or (b.epsilon is not None and eps is not None and not delta)
     if spends_delta is not None and no_delta:
         v.fail(*spends_delta)

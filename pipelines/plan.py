@@ -8,7 +8,12 @@ calibrated.
 
 Each query is then planned by its kind (:mod:`pipelines.kinds`): the bounded aggregates' rules
 for dividing a share between selection and noise are in :mod:`pipelines.kinds.aggregate_plan`.
-Under a zCDP total, ``budget.delta`` is divided here among the queries that spend δ.
+
+``budget.delta`` goes only to the queries that spend δ (each kind's ``needs_delta``): explicit
+shares first, the rest evenly. Under a zCDP total that is the selection δ beside ρ; under an
+(ε, δ) total a query that spends no δ (a Laplace count on public partitions, an exponential
+median) gets (ε, 0), so δ is neither wasted on it nor charged to the ledger for it: a job whose
+queries are all pure ε is charged δ = 0 whatever ``budget.delta`` says.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         total = PureDP(b.epsilon or 0)
     explicit = {q.name: explicit_share(q, total) for q in job.queries}
     try:
-        shares = split_budget(total, explicit)
+        shares = _delta_to_spenders(job, total, explicit, split_budget(total, explicit))
     except BudgetExceededError as e:
         raise ConfigError(
             "queries[*] shares",
@@ -166,9 +171,33 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
         ) from e
 
 
-def spends_delta(q: QueryConfig) -> bool:
-    """Does the query spend δ under a zCDP total (private selection, an (ε, δ) mechanism)?"""
-    return kind_of(q).needs_delta(q)
+def spends_delta(q: QueryConfig, rho_total: bool) -> bool:
+    """Does the query spend δ under a total of this kind (its kind's ``needs_delta``)?"""
+    return kind_of(q).needs_delta(q, rho_total)
+
+
+def _delta_to_spenders(
+    job: JobConfig,
+    total: Budget,
+    explicit: dict[str, Budget | None],
+    shares: dict[str, Budget],
+) -> dict[str, Budget]:
+    """Under an (ε, δ) total: the δ the explicit shares leave, evenly over the queries without
+    an explicit share that spend δ; the others keep their even ε with δ = 0. (``split_budget``
+    divided δ over all of them.) The parser refuses an explicit δ on a query that spends none."""
+    if not isinstance(total, ApproxDP):
+        return shares
+    rest = [q for q in job.queries if explicit[q.name] is None]
+    spenders = [q.name for q in rest if spends_delta(q, rho_total=False)]
+    given = sum((s.delta for s in explicit.values() if isinstance(s, ApproxDP)), Fraction(0))
+    left = total.delta - given
+    out = dict(shares)
+    for q in rest:
+        even = shares[q.name]
+        assert isinstance(even, ApproxDP)
+        delta = left / len(spenders) if q.name in spenders else Fraction(0)
+        out[q.name] = ApproxDP(even.epsilon, delta)
+    return out
 
 
 def explicit_share(q: QueryConfig, total: Budget) -> Budget | None:
@@ -184,7 +213,7 @@ def _split_selection_delta(job: JobConfig, total: Budget) -> dict[str, Fraction]
     (ε, δ) mechanism of some kind — explicit shares first, the rest evenly."""
     if not isinstance(total, ZCDP) or not job.budget.delta:
         return {}
-    private = [q for q in job.queries if spends_delta(q)]
+    private = [q for q in job.queries if spends_delta(q, rho_total=True)]
     given = {q.name: q.delta for q in private if q.delta is not None}
     rest = [q.name for q in private if q.delta is None]
     left = job.budget.delta - sum(given.values(), Fraction(0))

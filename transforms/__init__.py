@@ -16,9 +16,9 @@ columns, then the released columns — that you write with any Beam sink::
             "person_id", keys={"domain": "string"}, values=["duration_s"])
         visits = people | "visits" >> dp.Count(
             by=["domain"], max_partitions_per_person=5, max_rows_per_partition=3,
-            epsilon=0.5, delta=5e-7)
+            epsilon=0.5, delta=1e-6)
         median = people | "median" >> dp.Median(
-            value="duration_s", per_person="mean", bounds=[0, 600], epsilon=0.5, delta=5e-7)
+            value="duration_s", per_person="mean", bounds=[0, 600], epsilon=0.5)
         _ = people.dead_letter | beam.Map(print)   # raw private rows: the operator's only
     print(release.manifest())                       # public facts: mechanisms, what was spent
 

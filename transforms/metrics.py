@@ -259,7 +259,8 @@ def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any
             "(each transform states its share when it is applied; see userdp.transforms.release)"
         )
     zcdp = release.budget.config.rho is not None
-    return share, Fraction(q.delta or 0) if zcdp and spends_delta(q) else Fraction(0)
+    spends = zcdp and spends_delta(q, rho_total=True)
+    return share, Fraction(q.delta or 0) if spends else Fraction(0)
 
 
 def plan_member(

@@ -88,9 +88,12 @@ class AggregateKind:
             name, metric, tuple(by), value, bounds, L, C, partitions, noise, eps, delta, rho
         )
 
-    def needs_delta(self, query: QueryConfig) -> bool:
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         variant = _variant(query)
-        return variant.needs_delta(query) if variant else query.private_partitions
+        if variant is not None:
+            return variant.needs_delta(query, rho_total)
+        gaussian_as_approx = query.noise == "gaussian" and not rho_total  # (ε, δ) → ρ
+        return query.private_partitions or gaussian_as_approx
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         variant = _variant(query)

@@ -137,8 +137,10 @@ class AutoBoundKind:
             options=options,
         )  # fmt: skip
 
-    def needs_delta(self, query: QueryConfig) -> bool:
-        return False  # under a ρ total both parts are ρ-zCDP (or pure ε)
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
+        # under a ρ total both parts are ρ-zCDP (or pure ε); under (ε, δ), Gaussian noise is
+        # converted from (ε, δ) to ρ
+        return query.noise == "gaussian" and not rho_total
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         out = dict.fromkeys(query.by, "key")

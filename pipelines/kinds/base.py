@@ -111,8 +111,10 @@ class QueryKind(Protocol):
 
     def parse(self, section: QuerySection) -> QueryConfig: ...
 
-    def needs_delta(self, query: QueryConfig) -> bool:
-        """Under a rho total: does this query spend a δ share (like private partition selection)?"""
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
+        """Does this query spend δ under the total's kind — a ρ total (private partition
+        selection, an (ε, δ) mechanism) or an (ε, δ) total (those, and Gaussian or other zCDP
+        noise converted to (ε, δ))? Only such queries get a part of the budget's δ."""
         ...
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:

@@ -62,8 +62,8 @@ class ExponentialQuantileKind:
         options = {"method": METHOD, "q": q, "reduction": common["reduction"], "grid_bits": bits}
         return quantile_config(s, metric, common, shares, options=options)
 
-    def needs_delta(self, query: QueryConfig) -> bool:
-        return False
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
+        return False  # pure ε (ε²/8-zCDP under ρ)
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         return value_columns(query)

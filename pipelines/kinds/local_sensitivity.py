@@ -180,8 +180,9 @@ class SmoothQuantileKind:
         options = {"method": METHOD, "q": q, "reduction": common["reduction"], "gamma": gamma}
         return quantile_config(s, metric, common, shares, noise=noise, options=options)
 
-    def needs_delta(self, query: QueryConfig) -> bool:
-        return query.noise == "laplace"
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
+        # laplace is (ε, δ)-DP; lln is ρ-zCDP, converted from an (ε, δ) share under (ε, δ)
+        return query.noise == "laplace" or (query.noise == "lln" and not rho_total)
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         return value_columns(query)
@@ -241,7 +242,7 @@ class LocalSensitivityKind:
             options={"reduction": common["reduction"], "bound": bound},
         )
 
-    def needs_delta(self, query: QueryConfig) -> bool:
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         return True  # every metric of this kind is (ε, δ)-DP
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:

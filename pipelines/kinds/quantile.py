@@ -51,8 +51,8 @@ class QuantileKind:
         method = section.choice("method", tuple(METHODS), default=default)
         return _method_kind(method).parse(section)
 
-    def needs_delta(self, query: QueryConfig) -> bool:
-        return _of(query).needs_delta(query)
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
+        return _of(query).needs_delta(query, rho_total)
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:
         return _of(query).required_columns(query)

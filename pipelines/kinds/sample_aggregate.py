@@ -189,7 +189,7 @@ class SampleAggregateKind:
         }
         return QueryConfig(s.string("name"), METRIC, epsilon=eps, rho=rho, options=options)
 
-    def needs_delta(self, query: QueryConfig) -> bool:
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         return False  # pure ε-DP, or ρ-zCDP under a ρ total: no δ either way
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:

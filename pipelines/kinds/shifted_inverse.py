@@ -137,7 +137,7 @@ class ShiftedInverseKind:
         options["reduction"] = reduction
         return _query(s, metric, value, options)
 
-    def needs_delta(self, query: QueryConfig) -> bool:
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         return False  # pure ε or ρ-zCDP: never a δ
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:

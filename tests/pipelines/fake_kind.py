@@ -48,7 +48,7 @@ class FakeKind:
             name, "fake_persons", epsilon=eps, delta=delta, rho=rho, options={"label": label}
         )
 
-    def needs_delta(self, query: QueryConfig) -> bool:
+    def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         return False
 
     def required_columns(self, query: QueryConfig) -> dict[str, str]:

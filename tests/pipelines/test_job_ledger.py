@@ -140,6 +140,25 @@ def test_plan_shows_the_cost_and_what_remains(
     )
 
 
+def test_a_pure_release_under_an_epsilon_delta_budget_is_charged_no_delta(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its queries spend no δ, so none is booked: a scope capped at δ = 0 takes it (before,
+    the even split booked budget.delta and the ledger refused the run, exit 3)."""
+    assert ledger(weekly, "set-cap", "--scope", "pure", "--epsilon", "5") == 0  # δ cap 0
+    assert ledger(weekly, "set-cap", "--scope", "pure", "--each-period", "--epsilon", "1") == 0
+    job = weekly / "pure.toml"
+    text = JOB.format(week=WEEKS[0], release_id="pure-1", epsilon="1.0\ndelta = 1e-6")
+    job.write_text(text.replace('scope = "logs"', 'scope = "pure"'))
+    capsys.readouterr()
+    assert main(["run", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert "(ε=1, δ=0)" in out
+    assert ledger(weekly, "show", "--json") == 0
+    (account,) = [a for a in json.loads(capsys.readouterr().out) if a["scope"] == "pure"]
+    assert account["spent"]["delta_exact"] == "0"
+
+
 def test_run_release_id_without_a_ledger_is_a_config_error(
     weekly: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

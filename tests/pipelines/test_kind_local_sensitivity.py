@@ -268,13 +268,15 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
     out = io.StringIO()
     print_plan(plan, out)
     text = out.getvalue()
+    # the Cauchy quantile is pure ε: budget.delta goes to the four queries that spend δ
     assert (
-        "med: share (ε=0.2, δ=2e-07)\n"
+        "med: share (ε=0.2, δ=2.5e-07)\n"
         "  median of per-person mean(duration_s), clamped to [0, 600]: smooth sensitivity (NRS07)\n"
-        "  noise: Laplace, β = ε/(2 ln(2/δ₀)) = 0.006185 (δ₀ = 1.9e-07); value + 10·S(x)·Z "
+        "  noise: Laplace, β = ε/(2 ln(2/δ₀)) = 0.006271 (δ₀ = 2.38e-07); value + 10·S(x)·Z "
         "(scale 2·S/ε)\n"
-        "  guarantee: (ε=0.2, δ=2e-07) for add/remove one person\n"
+        "  guarantee: (ε=0.2, δ=2.5e-07) for add/remove one person\n"
     ) in text
+    assert "q90: share (ε=0.2, δ=0)\n" in text
     assert "quantile (q = 9/10) of per-person mean(duration_s)" in text
     assert "Cauchy-type 1/(1+|z|^4), β = ε/(2(γ+1)) = 0.02; value + 50·S(x)·Z" in text
     assert "proposed bound b = 2: pass iff D(x, b) + DLap(2/ε) ≥ T = " in text
@@ -287,7 +289,7 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
     assert med["metric"] == "median" and med["method"] == "smooth_sensitivity"
     assert med["per_person"] == {"reduction": "mean", "value": "duration_s"}
     assert med["bounds"] == [0.0, 600.0]
-    assert med["share"] == ApproxDP(Fraction(1, 5), Fraction(2, 10**7)).to_manifest()
+    assert med["share"] == ApproxDP(Fraction(1, 5), Fraction(1, 4 * 10**6)).to_manifest()
     assert med["mechanism"]["noise"] == "laplace" and med["mechanism"]["beta"] > 0
     assert med["guarantee"]["kind"] == "approx"
     assert med["guarantee"]["neighbouring"] == "add/remove one person"

@@ -274,8 +274,8 @@ def test_fixed_and_auto_chunks_split_the_epsilon_share(tmp_path: Path) -> None:
 
 def test_an_approx_total_counts_the_pure_guarantee(tmp_path: Path) -> None:
     [approx] = plan_of(tmp_path, SLOPE, epsilon=0.5, delta=1e-6)
-    assert approx.share == ApproxDP(Fraction(1, 2), Fraction(1, 10**6))
-    assert approx.guarantee == PureDP(Fraction(1, 2))  # δ is not spent
+    assert approx.share == ApproxDP(Fraction(1, 2), Fraction(0))  # δ is not booked: not spent
+    assert approx.guarantee == PureDP(Fraction(1, 2))
     assert approx.to_manifest()["counted_as"] == {"rule": "ε-DP counts as (ε, 0)-DP"}
 
 

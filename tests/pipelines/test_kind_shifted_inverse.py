@@ -204,7 +204,8 @@ def test_auto_bound_splits_its_share_between_choice_and_noise(tmp_path: Path) ->
     assert (a.choice.min_exponent, a.choice.max_exponent) == (0, 30)
     assert a.choice.target_clipped == 0  # the monotone utility: as few clipped as the prior allows
     assert isinstance(g, AutoBoundPlan) and g.choice.epsilon == Fraction(1, 2)
-    rho = zcdp_budget_for(ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))).rho
+    # all of δ: the Laplace query spends none (plan.py, _delta_to_spenders)
+    rho = zcdp_budget_for(ApproxDP(Fraction(1, 2), Fraction(1, 10**6))).rho
     assert g.rho is not None and Fraction(g.rho) <= rho and g.rho == pytest.approx(float(rho))
     zc = plan_release(parse_job(job(tmp_path, AUTO, rho=0.5))).queries[0]
     assert isinstance(zc, AutoBoundPlan) and zc.noise == "gaussian" and zc.rho == 0.375

@@ -304,3 +304,58 @@ def test_a_mechanism_refusing_its_budget_is_a_config_error_naming_the_query() ->
     two["queries"] = [one["queries"][0], {**one["queries"][0], "name": "again"}]
     with pytest.raises(ConfigError, match=r"^budget = .*shared partition selections can be bu"):
         plan_release(parse_job(two))
+
+
+MEDIAN = {
+    "name": "med",
+    "metric": "median",
+    "value": "duration_s",
+    "per_person": "mean",
+    "bounds": [0.0, 600.0],
+}
+
+
+def test_under_epsilon_delta_only_queries_that_spend_delta_get_it(tmp_path: Path) -> None:
+    """A Laplace count on public keys and an exponential median are pure ε: (ε/n, 0). The
+    budget's δ goes to the private count alone, and only what is spent is charged."""
+    (tmp_path / "keys.csv").write_text("domain\na.com\n")
+    raw = job(
+        queries=[
+            {**job()["queries"][0], "name": "private"},
+            {**job()["queries"][0], "name": "public", "partitions": "keys.csv"},
+            MEDIAN,
+            {**job()["queries"][0], "name": "gauss", "partitions": "keys.csv", "noise": "gaussian"},
+        ]
+    )
+    plan = plan_release(parse_job(raw, base_dir=tmp_path))
+    private, public, med, gauss = plan.queries
+    quarter, half_delta = Fraction(1, 4), Fraction(1, 2 * 10**6)
+    assert private.share == ApproxDP(quarter, half_delta)  # selection
+    assert gauss.share == ApproxDP(quarter, half_delta)  # Gaussian converted from (ε, δ)
+    assert public.share == med.share == ApproxDP(quarter, Fraction(0))
+    assert plan.spent == ApproxDP(Fraction(1), Fraction(1, 10**6))
+    # all pure: nothing spends δ, so nothing of it is booked (or charged by a ledger)
+    raw["queries"] = raw["queries"][1:3]
+    plan = plan_release(parse_job(raw, base_dir=tmp_path))
+    assert plan.spent == ApproxDP(Fraction(1), Fraction(0))
+    # explicit shares keep their δ; the rest of δ goes to the spenders without one
+    raw = job(
+        queries=[
+            {**job()["queries"][0], "name": "a", "epsilon": 0.5, "delta": 3e-7},
+            {**job()["queries"][0], "name": "b"},
+            MEDIAN,
+        ]
+    )
+    a, b, med = plan_release(parse_job(raw)).queries
+    assert a.share == ApproxDP(Fraction(1, 2), Fraction(3, 10**7))
+    assert b.share == ApproxDP(Fraction(1, 4), Fraction(7, 10**7))
+    assert med.share == ApproxDP(Fraction(1, 4), Fraction(0))
+
+
+def test_an_explicit_delta_on_a_pure_query_is_refused() -> None:
+    raw = job(queries=[{**MEDIAN, "epsilon": 0.5, "delta": 1e-7}])
+    with pytest.raises(ConfigError, match=r"queries\[0\]\.delta = 1e-07.*this query is pure ε-DP"):
+        parse_job(raw)
+    public = {**job()["queries"][0], "partitions": "keys.csv", "epsilon": 0.5, "delta": 1e-7}
+    with pytest.raises(ConfigError, match=r"queries\[0\]\.delta.*spends δ \(private partitions"):
+        parse_job(job(queries=[public]))
