@@ -216,6 +216,24 @@ def test_auto_bound_splits_its_share_between_choice_and_noise(tmp_path: Path) ->
     assert "ρ-zCDP within" in counted["statistic"]["rule"]  # the Gaussian noise: its own ρ
 
 
+def test_gaussian_auto_bound_converts_its_partitions_once(tmp_path: Path) -> None:
+    """Under (ε, δ) the L partitions' Gaussian noise is one ρ that implies (ε·(1 − a), δ),
+    split L ways (zCDP adds), not L conversions of (ε·(1 − a)/L, δ/L): more ρ per partition."""
+    keys = tmp_path / "domains.csv"
+    keys.write_text("domain\nsite00.example\nsite01.example\n")
+    g = {**AUTO, "noise": "gaussian", "by": ["domain"], "partitions": str(keys)}
+    g["max_partitions_per_person"] = 3
+    (q,) = plan_release(parse_job(job(tmp_path, g, epsilon=1.0, delta=1e-6))).queries
+    assert isinstance(q, AutoBoundPlan) and q.rho is not None
+    whole = zcdp_budget_for(ApproxDP(Fraction(3, 4), Fraction(1, 10**6))).rho
+    assert Fraction(q.rho) <= whole / 3 and q.rho == pytest.approx(float(whole / 3), rel=1e-12)
+    each = zcdp_budget_for(ApproxDP(Fraction(1, 4), Fraction(1, 3 * 10**6))).rho
+    assert q.rho > 1.5 * float(each)  # what the per-partition conversion gave
+    assert q.choice.epsilon == Fraction(1, 12)  # the choice: pure ε·a/L per partition
+    rule = q.to_manifest()["counted_as"]["statistic"]["rule"]
+    assert "the 3 parts per person compose as zCDP (ρ adds)" in rule
+
+
 # ------------------------------------------------------------------------ plan and manifest
 
 
