@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from .avro_schema import recursive_type
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
 from .input_listing import SchemaError, list_input_files
 
@@ -192,6 +193,13 @@ def _metadata_families(
     if fmt == "avro":
         with FileSystems.open(path) as f:
             writer_schema: Any = fastavro.reader(f).writer_schema
+        recursive = recursive_type(writer_schema)
+        if recursive is not None:
+            raise SchemaError(
+                f"input file {path}: its Avro schema has a recursive type {recursive!r} (a record "
+                "holding a field of its own type); userdp does not read such files, since one "
+                "deeply nested value would stop the reader: write the file without it"
+            )
         fields = [fd["name"] for fd in writer_schema.get("fields", [])]
         _duplicated(fields, names, path)
         _all_present(fields, names, path)

@@ -42,6 +42,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.validate import FILE_METADATA_KEY, RAW_LINE_COLUMN, REJECT_COLUMN
 
+from .avro_schema import projection, recursive_type
 from .compression import open_input
 from .input_files import (
     FORMATS,
@@ -343,10 +344,18 @@ class _ReadFile(beam.DoFn):
                 yield _malformed([None] * overlong, names)
 
     def _avro(self, f: Any, path: str) -> Iterator[pa.Table]:
+        with open_input(path, self._schema.compression) as head:  # the header alone
+            writer_schema: Any = fastavro.reader(head).writer_schema
+        if (recursive := recursive_type(writer_schema)) is not None:  # inspected: a file changed
+            raise InputFileError(path, f"has a recursive Avro type {recursive!r}", None)
+        # Only the job's columns, without logical types (avro_schema.py): no value is converted.
         # surrogateescape: a string that is not UTF-8 decodes with lone surrogates, which
         # records_to_table turns into a dead letter, instead of stopping the read mid-block.
-        reader = fastavro.reader(f, handle_unicode_errors="surrogateescape")
-        writer_schema: Any = reader.writer_schema
+        reader = fastavro.reader(
+            f,
+            reader_schema=projection(writer_schema, self._schema.columns),
+            handle_unicode_errors="surrogateescape",
+        )
         fields = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
         single = all(len(fields[c]) == 1 for c in self._schema.columns)
         target = self._schema.arrow_schema()

@@ -1,0 +1,107 @@
+"""What userdp reads of an Avro file's schema: the job's columns only, as plain Avro types.
+
+Two hazards sit in columns a job never reads, so they are settled from the file's schema
+(metadata, the same for every row) before any record is decoded:
+
+* **Logical types** (``timestamp-millis``, ``date``, ``uuid``, ``decimal`` …): fastavro converts
+  every field of every record, and one row whose value lies outside what Python's ``datetime`` or
+  ``uuid`` holds (a timestamp in the year 10000, a malformed uuid) raised in the middle of the
+  file — one person's row failing the whole run. Records are therefore read through a *reader
+  schema* (Avro schema resolution) that keeps only the job's columns, with every ``logicalType``
+  removed, so nothing is converted: a read column's value arrives as its base type, and one of
+  the wrong family is that row's dead letter like any other type mismatch.
+* **Recursive named types** (a record with a field of its own type): decoding, or even skipping,
+  a value nested a few thousand levels deep overflows the C stack of fastavro's decoder and kills
+  the process (SIGSEGV) — one row again. No schema check can bound the depth of a recursive type,
+  so a file whose schema has one is refused when the inputs are inspected, before any charge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_NAMED = ("record", "enum", "fixed", "error")
+
+
+def _named(t: dict[str, Any]) -> bool:
+    return t.get("type") in _NAMED and isinstance(t.get("name"), str)
+
+
+def _subtypes(t: Any) -> list[Any]:
+    """The types directly inside ``t`` (a union's branches, a record's fields' types …)."""
+    if isinstance(t, list):
+        return t
+    if not isinstance(t, dict):
+        return []
+    kind = t.get("type")
+    if kind in ("record", "error"):
+        return [fd.get("type") for fd in t.get("fields", [])]
+    if kind in ("enum", "fixed"):
+        return []
+    if kind in ("array", "map"):
+        return [t.get("items" if kind == "array" else "values")]
+    return [kind]  # {"type": <a type>, "logicalType": …} and the like
+
+
+def recursive_type(schema: Any) -> str | None:
+    """The full name of the first named type that contains a reference to itself (directly or
+    through types defined inside it), or None. ``schema``: a parsed writer schema, whose names
+    are full names (``fastavro.reader(f).writer_schema``). A named type can only be referenced
+    after its definition begins, so a recursion is a reference to a type still being defined."""
+
+    def walk(t: Any, open_names: tuple[str, ...]) -> str | None:
+        if isinstance(t, str):
+            return t if t in open_names else None
+        inner = (*open_names, t["name"]) if isinstance(t, dict) and _named(t) else open_names
+        return next((r for sub in _subtypes(t) if (r := walk(sub, inner)) is not None), None)
+
+    return walk(schema, ())
+
+
+def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
+    """A reader schema of the writer's top-level record holding only the fields ``names`` (in
+    the writer's order), with every ``logicalType`` removed (module docstring). A named type that
+    a kept field references but an unread field defined is defined again where first used."""
+    definitions: dict[str, dict[str, Any]] = {}
+
+    def collect(t: Any) -> None:
+        if isinstance(t, dict) and _named(t):
+            definitions.setdefault(t["name"], t)
+        for sub in _subtypes(t):
+            collect(sub)
+
+    for fd in schema.get("fields", []):
+        collect(fd.get("type"))
+    emitted: set[str] = set()
+
+    def plain(t: Any) -> Any:
+        if isinstance(t, list):
+            return [plain(b) for b in t]
+        if isinstance(t, str):
+            return plain(definitions[t]) if t in definitions and t not in emitted else t
+        if not isinstance(t, dict):
+            return t
+        out = {k: v for k, v in t.items() if k != "logicalType"}
+        kind = out.get("type")
+        if _named(out):
+            emitted.add(out["name"])
+            if "fields" in out:
+                out["fields"] = [{**fd, "type": plain(fd.get("type"))} for fd in out["fields"]]
+        elif kind in ("array", "map"):
+            key = "items" if kind == "array" else "values"
+            out[key] = plain(out.get(key))
+        elif isinstance(kind, str) and len(out) == 1:
+            return plain(kind)  # {"type": "long"}: what a removed logicalType leaves
+        else:
+            out["type"] = plain(kind)
+        return out
+
+    wanted = set(names)
+    fields = [
+        {**fd, "type": plain(fd.get("type"))}
+        for fd in schema.get("fields", [])
+        if fd.get("name") in wanted
+    ]
+    top = {k: v for k, v in schema.items() if k not in ("fields", "logicalType")}
+    return {**top, "fields": fields}

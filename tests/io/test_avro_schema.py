@@ -1,0 +1,100 @@
+"""Avro: only the job's columns are decoded, without logical-type conversion, and schemas with a
+recursive type are refused at inspection — so no single row can fail or crash a whole file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from tests.io import run_read_validate
+from userdp.pipelines.avro_schema import projection, recursive_type
+from userdp.pipelines.sources import SchemaError, inspect_inputs
+
+COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
+YEAR_10000_MS = 253_402_300_800_000  # a legal long, past what datetime holds
+
+
+def schema(*extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "Row",
+        "namespace": "ns",
+        "fields": [
+            {"name": "person_id", "type": "long"},
+            {"name": "domain", "type": ["null", "string", {"type": "long", "logicalType": "date"}]},
+            {"name": "duration_s", "type": "double"},
+            *extra,
+        ],
+    }
+
+
+def write(path: Path, s: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    with open(path, "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(s), rows)
+
+
+EVENT = {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}}
+ID = {"name": "request", "type": {"type": "string", "logicalType": "uuid"}}
+
+
+def test_a_value_no_logical_type_can_hold_is_never_converted(tmp_path: Path) -> None:
+    """An unread timestamp in the year 10000 and a malformed uuid used to fail the whole file
+    (OverflowError / ValueError in fastavro's conversion): now they are not decoded at all, and
+    a date in a read column's union is that row's dead letter, not the file's end."""
+    rows = [
+        {"person_id": 1, "domain": "a.example", "duration_s": 1.0, "event_time": 0,
+         "request": "00000000-0000-0000-0000-000000000000"},
+        {"person_id": 2, "domain": "a.example", "duration_s": 2.0, "event_time": YEAR_10000_MS,
+         "request": "not a uuid"},
+        {"person_id": 3, "domain": 10**12, "duration_s": 3.0, "event_time": 0,
+         "request": "00000000-0000-0000-0000-000000000000"},  # a date (days) far past year 9999
+    ]  # fmt: skip
+    write(tmp_path / "x.avro", schema(EVENT, ID), rows)
+    # the conversion userdp no longer runs
+    with pytest.raises((OverflowError, ValueError)), open(tmp_path / "x.avro", "rb") as f:
+        list(fastavro.reader(f))
+    s = inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+    clean, dead = run_read_validate(s, str(tmp_path / "run"))
+    assert clean.column("__person__").to_pylist() == ["1", "2"]
+    assert [(d["reason"], d["row"]["person_id"]) for d in dead] == [
+        ("key type mismatch in domain", "3")  # the date's raw day count: a long, not a string
+    ]
+
+
+def test_a_recursive_type_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    node = {"name": "extra", "type": ["null", {"type": "record", "name": "Node",
+            "fields": [{"name": "next", "type": ["null", "Node"]}]}]}  # fmt: skip
+    write(tmp_path / "x.avro", schema(node), [
+        {"person_id": 1, "domain": "a.example", "duration_s": 1.0, "extra": None}
+    ])  # fmt: skip
+    with pytest.raises(
+        SchemaError, match=r"x\.avro: its Avro schema has a recursive type 'ns\.Node'"
+    ):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+
+
+def test_recursion_and_projection_on_schemas() -> None:
+    node = {"type": "record", "name": "ns.N", "fields": [{"name": "n", "type": ["null", "ns.N"]}]}
+    assert recursive_type(schema({"name": "e", "type": node})) == "ns.N"
+    # a type used twice (defined, then referenced) is not a recursion
+    twice = schema(
+        {"name": "a", "type": {"type": "record", "name": "ns.P", "fields": [
+            {"name": "x", "type": "long"}]}},
+        {"name": "b", "type": ["null", "ns.P"]},
+    )  # fmt: skip
+    assert recursive_type(twice) is None
+    arr = schema({"name": "t", "type": {"type": "array", "items": {
+        "type": "record", "name": "ns.T", "fields": [{"name": "c", "type": {
+            "type": "map", "values": "ns.T"}}]}}})  # fmt: skip
+    assert recursive_type(arr) == "ns.T"
+    # the projection keeps the job's columns, drops logical types, and defines a named type a
+    # kept column references where it is first used
+    p = projection({**twice, "fields": [*twice["fields"][:3], *twice["fields"][3:]]},
+                   ["person_id", "domain", "b"])  # fmt: skip
+    assert [f["name"] for f in p["fields"]] == ["person_id", "domain", "b"]
+    assert p["fields"][1]["type"] == ["null", "string", "long"]
+    assert p["fields"][2]["type"][1]["name"] == "ns.P"  # defined here: field a is dropped
+    fastavro.parse_schema(p)  # a valid schema
