@@ -288,7 +288,18 @@ def loads_record(line: bytes, read: Sequence[str]) -> Any:
     )
 
 
+class _NegativeZero(int):
+    """JSON's ``-0``: the integer 0, but -0.0 as a float, as pyarrow reads it into a float column
+    (``int("-0")`` alone is 0, and would turn a person's -0.0 into 0.0 whenever a hostile line
+    sent their line group down this path)."""
+
+    def __float__(self) -> float:
+        return -0.0
+
+
 def _int_or_float(text: str) -> int | float:
+    if text == "-0":
+        return _NegativeZero(0)
     try:
         return int(text)
     except ValueError:  # more digits than int() converts: pyarrow reads a huge number as a float

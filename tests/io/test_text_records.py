@@ -169,6 +169,7 @@ QUIET_ODDITIES = [
     b'{"p": "%d", "k": "d", "v": 1, "n": ' + b"9" * 5000 + b"}",  # beyond int() digit limits
     b'{"p": "%d", "k": "d", "v": ' + b"9" * 5000 + b"}",  # the same, read: a float (inf)
     b'{"p": "%d", "k": "d", "v": 1, "deep": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # recursion
+    b'{"p": "%d", "k": "d", "v": -0}',  # pyarrow: -0.0 (int("-0") alone would give 0.0)
 ]
 
 
