@@ -145,7 +145,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    with terminating_as_interrupt(), PrivateLog() as log:
+    with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
         code = _run_logged(args, log)
     if log.path is not None:
         print(

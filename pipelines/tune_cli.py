@@ -47,7 +47,7 @@ def _epsilon(text: str | None) -> Fraction | None:
 def run_tune_command(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    with PrivateLog() as log:
+    with PrivateLog(capture_fds=True) as log:
         code = _tune_logged(args, log)
     if log.path is not None:
         print(f"userdp tune: details for the operator only are in {log.path}", file=sys.stderr)
