@@ -46,7 +46,7 @@ from .interrupts import RunInterrupted, caused_by
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
-from .progress import Progress, size_text
+from .progress import Progress
 from .public_keys import check_public_keys
 from .publish import (
     MANIFEST,
@@ -189,11 +189,14 @@ def _run_into_staging(
     return staging.file_facts(layout)
 
 
-def output_layout(job: JobConfig, schema: InputSchema) -> dict[str, QueryFiles]:
-    """Each query's output files, fixed before the run from the job file and the input's size."""
-    queries = [(q.name, bool(q.by)) for q in job.queries]
-    ext = RELEASE_FORMATS[job.output.format]
-    return query_files(queries, ext, job.output.shards, schema.total_bytes)
+def output_layout(job: JobConfig, plan: ReleasePlan) -> dict[str, QueryFiles]:
+    """Each query's output files, fixed before the run from the job file and its public key
+    files alone (:mod:`.output_layout`)."""
+    queries = [
+        (q.name, bool(q.by), p.to_manifest().get("n_public_partitions"))
+        for q, p in zip(job.queries, plan.queries, strict=True)
+    ]
+    return query_files(queries, RELEASE_FORMATS[job.output.format], job.output.shards)
 
 
 def _stage_report(
@@ -274,8 +277,8 @@ def run_release(
     c = check_job(job, beam_args)
     n = len(c.schema.files)
     progress.stage(
-        f"{n} input file{'s' * (n != 1)} ({size_text(c.schema.total_bytes)}), "
-        f"{len(job.queries)} queries, runner {job.runner.name}"
+        # no size: the input's bytes depend on every person's rows (docs/threat-model.md)
+        f"{n} input file{'s' * (n != 1)}, {len(job.queries)} queries, runner {job.runner.name}"
     )
     reservation = None
     if job.ledger is not None:
@@ -288,7 +291,7 @@ def run_release(
     except BaseException:
         _refund(job, reservation)
         raise
-    layout = output_layout(job, c.schema)
+    layout = output_layout(job, c.plan)
     rid = reservation.release_id if reservation is not None else None
     files_text = _files_text(layout)
     try:

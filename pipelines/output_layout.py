@@ -6,16 +6,19 @@ worker to write one file would make that worker hold the whole output. So its ro
 ``hash(partition key) mod N`` (:func:`shard_of`), each shard sorted by key, so the bytes are
 deterministic for a given secret and do not depend on the runner or on element order.
 
-**Where the switch is.** ``N`` is ``[output] shards`` when the job file gives it; otherwise one
-shard per ``INPUT_BYTES_PER_SHARD`` (256 MiB) of input files on disk, at most
-``MAX_OUTPUT_SHARDS``. With ``N = 1`` (every input under 256 MiB, e.g. the demo) the output stays
-one file, ``<output>/<query>.<ext>``, as before sharding existed; queries without ``by`` release a
-row or a few and are always one file.
+**Where the switch is.** ``N`` is ``[output] shards`` when the job file gives it; otherwise, for a
+query with public partitions, one shard per ``PUBLIC_KEYS_PER_SHARD`` (a million) listed keys, at
+most ``MAX_OUTPUT_SHARDS``; otherwise 1. With ``N = 1`` (e.g. the demo) the output is one file,
+``<output>/<query>.<ext>``; queries without ``by`` release a row or a few and are always one file.
+A query with private partitions over a large log may release millions of rows: its job file
+should set ``shards`` (the README says so).
 
-**No observable depends on the data.** ``N`` comes from the job file or the input's size (public
-file metadata, like the file names), never from the number of rows or partitions, and every shard
-file is written even when no released row falls in it: the set of files is fixed before the
-pipeline runs (:func:`query_files`), so the launcher can check each exists before publishing.
+**No observable depends on the data.** ``N`` comes from the job file or the public key file,
+never from the rows, and every shard file is written even when no released row falls in it: the
+set of files is fixed before the pipeline runs (:func:`query_files`), so the launcher can check
+each exists before publishing. (Until stop 30 the default followed the input files' total size,
+one shard per 256 MiB; but that size depends on every person's rows, so one person could move a
+release across the line and change its set of files — an audit built such a pair.)
 The shard of a row is an unkeyed hash of its released partition key: it reveals nothing the row
 does not, and the file a key lands in is the same for every secret.
 
@@ -34,13 +37,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-INPUT_BYTES_PER_SHARD = 256 << 20
+PUBLIC_KEYS_PER_SHARD = 1_000_000
 MAX_OUTPUT_SHARDS = 1024
 
 
-def auto_shards(input_bytes: int) -> int:
-    """Shards of a partitioned query's output when the job file names none."""
-    return max(1, min(MAX_OUTPUT_SHARDS, math.ceil(input_bytes / INPUT_BYTES_PER_SHARD)))
+def auto_shards(public_keys: int | None) -> int:
+    """Shards of a partitioned query's output when the job file names none: from the number of
+    its public keys (its most rows), or 1 with private partitions (module docstring)."""
+    if public_keys is None:
+        return 1
+    return max(1, min(MAX_OUTPUT_SHARDS, math.ceil(public_keys / PUBLIC_KEYS_PER_SHARD)))
 
 
 def shard_of(key: tuple[object, ...], shards: int) -> int:
@@ -80,8 +86,13 @@ class QueryFiles:
 
 
 def query_files(
-    names_and_by: Sequence[tuple[str, bool]], extension: str, shards: int | None, input_bytes: int
+    queries: Sequence[tuple[str, bool, int | None]], extension: str, shards: int | None
 ) -> dict[str, QueryFiles]:
-    """Query name → its files; ``names_and_by``: (name, has ``by`` columns) per query."""
-    n = shards if shards is not None else auto_shards(input_bytes)
-    return {name: QueryFiles(name, extension, n if has_by else 1) for name, has_by in names_and_by}
+    """Query name → its files; ``queries``: (name, has ``by`` columns, number of public keys or
+    None) per query; ``shards``: the job file's ``[output] shards``, if any."""
+    return {
+        name: QueryFiles(
+            name, extension, (shards if shards is not None else auto_shards(keys)) if by else 1
+        )
+        for name, by, keys in queries
+    }

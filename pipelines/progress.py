@@ -3,8 +3,9 @@
 ``userdp run`` prints one line per stage to stderr — checking, charging, the pipeline (with a
 "still running" line every ``heartbeat_s`` seconds while Beam works), checking the outputs,
 publishing — each with the seconds since the run began. Only public facts appear: the job file's
-settings, the runner, and file counts and sizes (file metadata, like the names the manifest
-lists). Never a count of rows, persons or partitions: those are computed from the data.
+settings, the runner, and file counts (the input listing the job file's glob names, and the output
+files the job file fixes). Never a count of rows, persons or partitions, nor the input's size in
+bytes: those depend on the data.
 """
 
 from __future__ import annotations
@@ -16,16 +17,6 @@ from contextlib import contextmanager
 from typing import TextIO
 
 HEARTBEAT_S = 30.0
-
-
-def size_text(n: int) -> str:
-    """Bytes in a short human form: 0 B, 512 B, 1.5 KiB, 2.0 GiB."""
-    size, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            break
-        size /= 1024
-    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 class Progress:

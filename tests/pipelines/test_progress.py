@@ -15,12 +15,12 @@ import pytest
 from userdp.pipelines.cli import main
 from userdp.pipelines.demo import DEMO_JOB
 from userdp.pipelines.generate import generate
-from userdp.pipelines.progress import Progress, size_text
+from userdp.pipelines.progress import Progress
 
 PREFIX = r"\[ *\d+\.\d s\] "
 TEMPLATES = [
     r"checking the job file, its inputs and the output location \(.*job\.toml\)",
-    r"\d+ input files? \(\d+(\.\d)? (B|KiB|MiB|GiB|TiB)\), \d+ queries, runner direct",
+    r"\d+ input files?, \d+ queries, runner direct",  # no size: it depends on the data
     r"running the pipeline on direct \(\d+ output files?\) …",
     r"running the pipeline on direct \(\d+ output files?\): done in \d+\.\d s",
     r"publishing \d+ output files? and the manifest in .*release/",
@@ -52,13 +52,3 @@ def test_a_heartbeat_while_a_stage_runs_and_silence_without_an_output() -> None:
     before = threading.active_count()
     with silent.running("x"):
         assert threading.active_count() == before  # no thread when nothing is printed
-
-
-def test_sizes_read_as_people_write_them() -> None:
-    assert [size_text(n) for n in (0, 512, 1536, 3 << 30, 5 << 50)] == [
-        "0 B",
-        "512 B",
-        "1.5 KiB",
-        "3.0 GiB",
-        "5120.0 TiB",
-    ]

@@ -22,7 +22,7 @@ from userdp.pipelines.verify import verify_release
 
 
 def _staged(out: Path, names: list[str], content: bytes) -> tuple[Staging, Any, bytes]:
-    layout = query_files([(n, True) for n in names], ".csv", 2, 0)
+    layout = query_files([(n, True, None) for n in names], ".csv", 2)
     staging = Staging.create(str(out))
     for files in layout.values():
         for f in files.files:

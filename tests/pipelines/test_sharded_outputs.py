@@ -19,7 +19,7 @@ from userdp.pipelines.cli import main
 from userdp.pipelines.config import parse_job
 from userdp.pipelines.generate import generate
 from userdp.pipelines.job import ReleaseRunError, run_release
-from userdp.pipelines.output_layout import auto_shards, shard_of
+from userdp.pipelines.output_layout import auto_shards, query_files, shard_of
 from userdp.pipelines.release_graph import default_shards
 from userdp.pipelines.verify import verify_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
@@ -99,11 +99,19 @@ def test_shards_are_byte_identical_across_runs_and_hold_the_unsharded_rows(
     assert verify_release(str(tmp_path / "a")) == []
 
 
-def test_the_shard_count_follows_the_input_size_not_the_data() -> None:
-    assert auto_shards(0) == 1
-    assert auto_shards(256 << 20) == 1
-    assert auto_shards((256 << 20) + 1) == 2
+def test_the_shard_count_follows_the_job_file_never_the_data() -> None:
+    """From the public key file (its size bounds the rows), else 1: never from the input files'
+    size, which one person's rows change."""
+    assert auto_shards(None) == 1  # private partitions: set [output] shards for a large output
+    assert auto_shards(1) == 1
+    assert auto_shards(1_000_000) == 1
+    assert auto_shards(1_000_001) == 2
     assert auto_shards(10**15) == 1024
+    layout = query_files([("a", True, None), ("b", True, 2_500_000), ("c", False, None)], ".csv",
+                         None)  # fmt: skip
+    assert [layout[n].shards for n in "abc"] == [1, 3, 1]
+    assert [f.shards for f in query_files([("a", True, None), ("c", False, None)], ".csv", 4)
+            .values()] == [4, 1]  # fmt: skip
     # person shards too: their memory follows input / shards, so the count grows with the input
     direct = PipelineOptions([])
     assert default_shards("direct", direct, 0) == 8
