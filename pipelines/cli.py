@@ -146,7 +146,11 @@ def _run(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
     with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
-        code = _run_logged(args, log)
+        try:
+            code = _run_logged(args, log)
+        except KeyboardInterrupt as e:  # only before its own handlers: while Beam loads
+            print("userdp run: interrupted while starting; nothing ran", file=sys.stderr)
+            code = exit_code(e)
     if log.path is not None:
         print(
             f"userdp run: library messages and details (they may quote private data; for the "

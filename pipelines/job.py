@@ -280,20 +280,28 @@ def run_release(
         # no size: the input's bytes depend on every person's rows (docs/threat-model.md)
         f"{n} input file{'s' * (n != 1)}, {len(job.queries)} queries, runner {job.runner.name}"
     )
-    reservation = None
-    if job.ledger is not None:
-        progress.stage("charging the ledger")
-        artifacts = release_artifacts(job, c.secret_check)
-        reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
-    try:
+    reservation: Reservation | None = None
+    staging: Staging | None = None
+    try:  # from the charge on, whatever stops the run (an interrupt too) takes the charge back
+        if job.ledger is not None:
+            progress.stage("charging the ledger")
+            artifacts = release_artifacts(job, c.secret_check)
+            reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
         keys = _release_keys(job, reservation, release_key)
         staging = Staging.create(job.output.path)
-    except BaseException:
-        _refund(job, reservation)
+        layout = output_layout(job, c.plan)
+        rid = reservation.release_id if reservation is not None else None
+        files_text = _files_text(layout)
+    except BaseException as e:
+        if staging is not None:
+            staging.discard()
+        charge = _refund(job, reservation)
+        if caused_by(e, KeyboardInterrupt):
+            raise RunInterrupted(
+                "before the pipeline ran", charge,
+                reservation.release_id if reservation is not None else None,
+            ) from e  # fmt: skip
         raise
-    layout = output_layout(job, c.plan)
-    rid = reservation.release_id if reservation is not None else None
-    files_text = _files_text(layout)
     try:
         with progress.running(f"running the pipeline on {job.runner.name} ({files_text})"):
             files = _run_into_staging(

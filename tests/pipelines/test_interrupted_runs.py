@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from userdp.pipelines import cli as cli_module
 from userdp.pipelines import job as job_module
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
@@ -93,6 +94,42 @@ def test_sigterm_while_the_pipeline_runs_is_cleaned_up_like_ctrl_c(
     assert signal.getsignal(signal.SIGTERM) == before  # the CLI's handler is its own business
     assert not [p.name for p in job_dir.iterdir() if "staging" in p.name]
     assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+@pytest.mark.parametrize("step", ["_release_keys", "output_layout"])
+def test_sigterm_right_after_the_charge_takes_it_back(
+    step: str,
+    job_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Between the ledger's charge and the pipeline (keys, staging, the output layout) an
+    interrupt left the charge reserved and printed the generic message."""
+
+    def terminated(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(job_module, step, terminated)
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 143
+    err = capsys.readouterr().err
+    assert "interrupted before the pipeline ran; nothing was published; the ledger's charge" in err
+    assert not [p.name for p in job_dir.iterdir() if "staging" in p.name]
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_sigterm_while_the_command_loads_is_exit_143_without_a_traceback(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def loading(*args: Any, **kwargs: Any) -> Any:  # its first step imports the job layer
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(cli_module, "_run_logged", loading)  # the module, not its main
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 143
+    assert capsys.readouterr().err.startswith("userdp run: interrupted while starting; nothing")
 
 
 @pytest.mark.slow  # a whole job: `make test-all`
