@@ -87,7 +87,7 @@ def _remove_dirs(created: list[str]) -> None:
             return  # not empty any more: someone else uses it
 
 
-PROBE_ATTEMPTS = 5
+PROBE_ATTEMPTS = 50
 
 
 def probe_writable(directory: str, what: str) -> None:
@@ -96,7 +96,9 @@ def probe_writable(directory: str, what: str) -> None:
 
     Launchers may probe the same new directory at once (scheduled runs sharing a dead-letter or
     release parent): each uses its own probe file, and one whose directory another launcher
-    removed meanwhile (``FileNotFoundError``) tries again, ``PROBE_ATTEMPTS`` times in all."""
+    removed meanwhile (``FileNotFoundError``) tries again after a random pause of up to 10 ms
+    (launchers in step would keep removing each other's directory: five plain retries failed
+    under a loaded machine), ``PROBE_ATTEMPTS`` times in all."""
     for attempt in range(PROBE_ATTEMPTS):
         probe = FileSystems.join(directory, f"{_PROBE}-{secrets.token_hex(6)}")
         created: list[str] = []
@@ -108,6 +110,7 @@ def probe_writable(directory: str, what: str) -> None:
             return
         except Exception as e:
             if _vanished(e) and attempt + 1 < PROBE_ATTEMPTS:
+                time.sleep(secrets.randbelow(10_000) / 1e6)  # out of step with the others
                 continue
             raise OutputLocationError(
                 f"{what} {directory!r} cannot be written ({_reason(e)}): check that it is a "
