@@ -70,6 +70,11 @@ max_rows_per_partition = 3
 """
 
 
+def most_frequent(chosen: list[str], n: int = 3) -> list[str]:
+    """The ``n`` most frequent choices, ties in text order (a set's order varies per process)."""
+    return sorted(set(chosen), key=lambda c: (-chosen.count(c), c))[:n]
+
+
 def pairs(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per (person, domain): domain index, rows, and the person's partition count P."""
     t = pq.read_table(path, columns=["person_id", "domain"])
@@ -173,7 +178,7 @@ def sum_table(args: argparse.Namespace, tmp: Path) -> None:
                 err = sum_error(v, k=k, b1=b1, L=L, C=C, u=u)
             ratios.append(err / best)
             chosen.append(f"{L},{C},{upper:g}")
-        common = sorted(set(chosen), key=chosen.count, reverse=True)[:3]
+        common = most_frequent(chosen)
         row = (family, f"{bl},{bc},{UPPERS[bu]:g}", f"{best:.4g}", " ".join(common),
                f"{np.median(ratios):.2f}", f"{max(ratios):.2f}",
                f"{grid[(5, 3, UPPERS.index(600.0))] / best:.2f}")  # fmt: skip
@@ -231,7 +236,7 @@ def main() -> None:
                 ratios.append(err / best)
                 chosen.append(f"{L},{C}")
             worst = max(worst, float(np.median(ratios)))
-            common = sorted(set(chosen), key=chosen.count, reverse=True)[:3]
+            common = most_frequent(chosen)
             row = (family, f"{float(eps):g}", f"{bl},{bc}", f"{best:.4g}", " ".join(common),
                    f"{np.median(ratios):.2f}", f"{max(ratios):.2f}",
                    f"{grid[(5, 3)] / best:.2f}")  # fmt: skip

@@ -53,7 +53,7 @@ PACKAGING = {
         "workers build and install userdp from it; a relative path is relative to the job file",
     ),
     "extra_packages": Option(
-        list, "a list of paths of wheels or sdists", 'e.g. ["dist/userdp-0.1.0-py3-none-any.whl"]'
+        list, "a list of paths of wheels or sdists", 'e.g. ["dist/userdp-0.2.0-py3-none-any.whl"]'
     ),
 }
 EXPERIMENTS = {"experiments": Option(list, "a list of Beam experiments", 'e.g. ["use_runner_v2"]')}

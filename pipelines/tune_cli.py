@@ -93,7 +93,10 @@ def print_tune_result(result: Any) -> None:
     from .tune_recommend import relative, setting_text  # noqa: PLC0415
 
     if not result.recommendations:
-        print("nothing to tune: no count or persons query per partition with numeric bounds")
+        print(
+            "nothing to tune: no count, persons, sum or mean query per partition with numeric "
+            "bounds"
+        )
     else:
         print(f"spent pure ε = {float(result.epsilon):g} on the measurements")
         print("expected |error| per partition (clipped rows spread over the partitions + noise):")
