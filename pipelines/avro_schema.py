@@ -4,12 +4,14 @@ Two hazards sit in columns a job never reads, so they are settled from the file'
 (metadata, the same for every row) before any record is decoded:
 
 * **Logical types** (``timestamp-millis``, ``date``, ``uuid``, ``decimal`` …): fastavro converts
-  every field of every record, and one row whose value lies outside what Python's ``datetime`` or
-  ``uuid`` holds (a timestamp in the year 10000, a malformed uuid) raised in the middle of the
-  file — one person's row failing the whole run. Records are therefore read through a *reader
-  schema* (Avro schema resolution) that keeps only the job's columns, with every ``logicalType``
-  removed, so nothing is converted: a read column's value arrives as its base type, and one of
-  the wrong family is that row's dead letter like any other type mismatch.
+  every field of every record it decodes, following the *writer's* schema, and one row whose
+  value lies outside what Python's ``datetime`` or ``uuid`` holds (a timestamp in the year 10000,
+  a malformed uuid) raised in the middle of the file — one person's row failing the whole run.
+  Records are therefore read through a *reader schema* (Avro schema resolution) that keeps only
+  the job's columns, so the other fields are skipped, never converted; and a column the job reads
+  may not have a logical type in any branch of its union (:func:`logical_types`, refused when the
+  inputs are inspected), since the writer's logical type would still be applied to it. (The
+  reader schema also drops ``logicalType`` keys; that alone does not stop fastavro.)
 * **Recursive named types** (a record with a field of its own type): decoding, or even skipping,
   a value nested a few thousand levels deep overflows the C stack of fastavro's decoder and kills
   the process (SIGSEGV) — one row again. No schema check can bound the depth of a recursive type,
@@ -42,6 +44,14 @@ def _subtypes(t: Any) -> list[Any]:
     if kind in ("array", "map"):
         return [t.get("items" if kind == "array" else "values")]
     return [kind]  # {"type": <a type>, "logicalType": …} and the like
+
+
+def logical_types(t: Any) -> list[str]:
+    """Every ``logicalType`` inside the Avro type ``t`` (a field's type), in order."""
+    found = [str(t["logicalType"])] if isinstance(t, dict) and "logicalType" in t else []
+    for sub in _subtypes(t):
+        found += logical_types(sub)
+    return found
 
 
 def recursive_type(schema: Any) -> str | None:
@@ -84,6 +94,8 @@ def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
             return t
         out = {k: v for k, v in t.items() if k != "logicalType"}
         kind = out.get("type")
+        if _named(out) and out["name"] in emitted:
+            return out["name"]  # defined already (inlined where a kept field first used it)
         if _named(out):
             emitted.add(out["name"])
             if "fields" in out:

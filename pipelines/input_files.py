@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from .avro_schema import recursive_type
+from .avro_schema import logical_types, recursive_type
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
 from .input_listing import SchemaError, list_input_files
 
@@ -203,7 +203,15 @@ def _metadata_families(
         fields = [fd["name"] for fd in writer_schema.get("fields", [])]
         _duplicated(fields, names, path)
         _all_present(fields, names, path)
-        found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
+        types = {fd["name"]: fd["type"] for fd in writer_schema["fields"]}
+        for n in names:
+            if logical := logical_types(types[n]):
+                raise SchemaError(
+                    f"input file {path}: column {n!r} has the Avro logical type {logical[0]!r}; "
+                    "a column the job reads must be a plain long, int, double, float, string or "
+                    "boolean in every branch (write it as its base type)"
+                )
+        found = {n: avro_families(t) for n, t in types.items()}
         return {n: (found[n][0] if found[n] else "null") for n in names}
     if fmt == "csv":
         header = csv_header(path, compression)

@@ -17,14 +17,14 @@ COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
 YEAR_10000_MS = 253_402_300_800_000  # a legal long, past what datetime holds
 
 
-def schema(*extra: dict[str, Any]) -> dict[str, Any]:
+def schema(*extra: dict[str, Any], domain: Any = ("null", "string")) -> dict[str, Any]:
     return {
         "type": "record",
         "name": "Row",
         "namespace": "ns",
         "fields": [
             {"name": "person_id", "type": "long"},
-            {"name": "domain", "type": ["null", "string", {"type": "long", "logicalType": "date"}]},
+            {"name": "domain", "type": list(domain)},
             {"name": "duration_s", "type": "double"},
             *extra,
         ],
@@ -40,17 +40,16 @@ EVENT = {"name": "event_time", "type": {"type": "long", "logicalType": "timestam
 ID = {"name": "request", "type": {"type": "string", "logicalType": "uuid"}}
 
 
-def test_a_value_no_logical_type_can_hold_is_never_converted(tmp_path: Path) -> None:
+def test_a_value_no_logical_type_can_hold_in_an_unread_column_is_never_converted(
+    tmp_path: Path,
+) -> None:
     """An unread timestamp in the year 10000 and a malformed uuid used to fail the whole file
-    (OverflowError / ValueError in fastavro's conversion): now they are not decoded at all, and
-    a date in a read column's union is that row's dead letter, not the file's end."""
+    (OverflowError / ValueError in fastavro's conversion): they are skipped now."""
     rows = [
         {"person_id": 1, "domain": "a.example", "duration_s": 1.0, "event_time": 0,
          "request": "00000000-0000-0000-0000-000000000000"},
         {"person_id": 2, "domain": "a.example", "duration_s": 2.0, "event_time": YEAR_10000_MS,
          "request": "not a uuid"},
-        {"person_id": 3, "domain": 10**12, "duration_s": 3.0, "event_time": 0,
-         "request": "00000000-0000-0000-0000-000000000000"},  # a date (days) far past year 9999
     ]  # fmt: skip
     write(tmp_path / "x.avro", schema(EVENT, ID), rows)
     # the conversion userdp no longer runs
@@ -58,10 +57,52 @@ def test_a_value_no_logical_type_can_hold_is_never_converted(tmp_path: Path) -> 
         list(fastavro.reader(f))
     s = inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
     clean, dead = run_read_validate(s, str(tmp_path / "run"))
-    assert clean.column("__person__").to_pylist() == ["1", "2"]
-    assert [(d["reason"], d["row"]["person_id"]) for d in dead] == [
-        ("key type mismatch in domain", "3")  # the date's raw day count: a long, not a string
-    ]
+    assert clean.column("__person__").to_pylist() == ["1", "2"] and dead == []
+
+
+def test_a_read_column_with_a_logical_type_branch_is_refused_at_inspection(
+    tmp_path: Path,
+) -> None:
+    """fastavro converts by the writer's schema whatever the reader's says: a read column's
+    timestamp past year 9999 would still stop the file, so such a column is refused up front."""
+    ts = {"type": "long", "logicalType": "timestamp-millis"}
+    write(tmp_path / "x.avro", schema(domain=("null", "string", ts)), [
+        {"person_id": 1, "domain": "a.example", "duration_s": 1.0},
+        {"person_id": 2, "domain": YEAR_10000_MS, "duration_s": 1.0},
+    ])  # fmt: skip
+    with pytest.raises(SchemaError, match=r"column 'domain' has the Avro logical type 'timestamp"):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+
+
+def test_a_named_type_defined_in_an_unread_column_is_read_where_a_read_one_uses_it(
+    tmp_path: Path,
+) -> None:
+    """T (with U inside) is defined by an unread column; a read column uses U, another T: the
+    reader schema defines each once."""
+    t = {"type": "record", "name": "T", "fields": [
+        {"name": "u", "type": {"type": "record", "name": "U", "fields": [
+            {"name": "x", "type": "long"}]}}]}  # fmt: skip
+    s = {"type": "record", "name": "Row", "namespace": "ns", "fields": [
+        {"name": "person_id", "type": "long"},
+        {"name": "extra", "type": ["null", t]},  # unread: defines T and U
+        {"name": "domain", "type": ["null", "string", "U"]},
+        {"name": "duration_s", "type": "double"},
+        {"name": "site", "type": ["null", "T"]},
+    ]}  # fmt: skip
+    write(tmp_path / "x.avro", s, [
+        {"person_id": i, "domain": "a.example", "duration_s": 1.0, "extra": None, "site": None}
+        for i in range(5)
+    ])  # fmt: skip
+    columns = {**COLUMNS, "site": "key"}
+    with open(tmp_path / "x.avro", "rb") as f:
+        p = projection(fastavro.reader(f).writer_schema, list(columns))
+    fastavro.parse_schema(p)  # each named type defined once
+    with pytest.raises(SchemaError, match="column 'site'"):  # a record is no key type: refused
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", columns)
+    clean, dead = run_read_validate(
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS), str(tmp_path / "run")
+    )
+    assert len(clean) == 5 and dead == []
 
 
 def test_a_recursive_type_is_refused_before_anything_is_read(tmp_path: Path) -> None:
@@ -84,6 +125,7 @@ def test_recursion_and_projection_on_schemas() -> None:
         {"name": "a", "type": {"type": "record", "name": "ns.P", "fields": [
             {"name": "x", "type": "long"}]}},
         {"name": "b", "type": ["null", "ns.P"]},
+        domain=("null", "string", {"type": "long", "logicalType": "date"}),
     )  # fmt: skip
     assert recursive_type(twice) is None
     arr = schema({"name": "t", "type": {"type": "array", "items": {
