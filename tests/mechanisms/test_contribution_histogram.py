@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
 from userdp.transforms.mechanisms.contribution_histogram import ContributionHistograms
 from userdp.transforms.mechanisms.rng import KeyedRng
 
@@ -78,3 +80,15 @@ def test_misuse_is_refused() -> None:
         H.from_pair_counts({(1, 9): 1})
     with pytest.raises(ValueError, match=r"expected a 9×9 histogram"):
         H.add_noise([[0.0]], KeyedRng(SECRET, "x"))
+
+
+def test_the_noise_allows_one_rounding_per_cell() -> None:
+    """The 17×17 cells are one vector mechanism (a person's weights 1/P spread over cells, each
+    rounded to the noise grid alone: inflation cells·g), drawn row by row."""
+    h = ContributionHistograms(epsilon=Fraction(1, 10), max_exponent=8)
+    exact = h.exact([[1, 3, 7], [2]])
+    noisy = h.add_noise(exact, KeyedRng(SECRET, "grid"))
+    flat = LaplaceMechanism(1.0, 0.1, dimension=h.size**2).release_vector(
+        [v for row in exact for v in row], KeyedRng(SECRET, "grid")
+    )
+    assert [v for row in noisy for v in row] == flat

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
 from userdp.transforms.mechanisms.bound_recommendation import (
     ContributionModel,
     ValueModel,
@@ -100,3 +102,14 @@ def test_misuse_is_refused() -> None:
     model = ContributionModel(h, h.exact([(1,)]))
     with pytest.raises(ValueError, match=r"value bounds are tuned for sum and mean, not 'count'"):
         value_settings(model, vm, 1, lambda L, C: 1.0, metric="count", bounds0=(0, 1))
+
+
+def test_the_noise_allows_one_rounding_per_bucket() -> None:
+    """A person's L1 of 1 spreads over several buckets, each rounded to the noise grid alone:
+    the buckets are one vector mechanism, inflated by size·g (docs/noise.md §1), not g."""
+    h = ValueHistogram(epsilon=Fraction(1, 10))
+    exact = h.exact([(3.0, -2.0, 700.0)])
+    noisy = h.add_noise(exact, KeyedRng(SECRET, "grid"))
+    vector = LaplaceMechanism(1.0, 0.1, dimension=h.size)
+    assert noisy == vector.release_vector(exact, KeyedRng(SECRET, "grid"))
+    assert vector.scale > LaplaceMechanism(1.0, 0.1).scale  # the size·g inflation

@@ -39,7 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from .accounting import PureDP
-from .additive import laplace_mechanism
+from .additive import LaplaceMechanism
 from .auto_bound import clamp_grid
 from .checks import Rational, positive
 from .rng import KeyedRng
@@ -135,8 +135,12 @@ class ContributionHistograms:
         if len(exact) != self.size or any(len(row) != self.size for row in exact):
             raise ValueError(f"expected a {self.size}×{self.size} histogram")
         eps = float(Fraction(self.epsilon))
-        return [[laplace_mechanism(v, sensitivity=1.0, epsilon=eps, rng=rng) for v in row]
-                for row in exact]  # fmt: skip
+        # one vector mechanism over all cells (a person's L1 of 1 spreads over several, each
+        # rounded to the noise grid: inflation cells·g, additive.py), drawn row by row
+        flat = LaplaceMechanism(1.0, eps, dimension=self.size**2).release_vector(
+            [v for row in exact for v in row], rng
+        )
+        return [flat[i * self.size : (i + 1) * self.size] for i in range(self.size)]
 
     def release(self, persons: Iterable[Sequence[int]], rng: KeyedRng) -> Grid:
         """The joint histogram with Laplace(1/ε) on every cell: pure ε-DP."""

@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from .accounting import PureDP
-from .additive import laplace_mechanism
+from .additive import LaplaceMechanism
 from .checks import Rational, positive
 from .rng import KeyedRng
 
@@ -116,7 +116,9 @@ class ValueHistogram:
         if len(exact) != self.size:
             raise ValueError(f"expected a histogram of {self.size} buckets, got {len(exact)}")
         eps = float(Fraction(self.epsilon))
-        return [laplace_mechanism(v, sensitivity=1.0, epsilon=eps, rng=rng) for v in exact]
+        # one vector mechanism: a person's L1 of 1 spreads over many buckets, each rounded to
+        # the noise grid, so the grid inflation is size·g, not g (additive.py)
+        return LaplaceMechanism(1.0, eps, dimension=self.size).release_vector(exact, rng)
 
     def release(self, persons: Iterable[Sequence[float]], rng: KeyedRng) -> list[float]:
         return self.add_noise(self.exact(persons), rng)
