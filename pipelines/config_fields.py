@@ -253,7 +253,7 @@ def parse_shares(
     if b.rho is not None and delta is not None and spends_delta is None:
         v.fail(f"{k}.delta", delta, *_DELTA_NOT_SPENT)
     spends_under_epsilon = spends_delta is not None or delta_under_epsilon is not None
-    if b.rho is None and delta is not None and not spends_under_epsilon:
+    if b.rho is None and delta and not spends_under_epsilon:  # delta = 0 states the obvious
         v.fail(f"{k}.delta", delta, *_DELTA_NOT_SPENT_UNDER_EPSILON)
     no_delta = not b.delta or (b.epsilon is not None and eps is not None and not delta)
     if spends_delta is not None and no_delta:

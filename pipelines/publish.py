@@ -20,7 +20,7 @@ A run that fails before step 2 has published nothing: its staging directory is d
 ledger may release its charge (``pipelines/job.py``). A run killed outright (SIGKILL, the
 out-of-memory killer) cannot delete it; the next run beside the same release does
 (:func:`remove_abandoned_staging`): a local run holds an ``flock`` on its staging directory for its
-whole life, so a staging directory nobody holds, older than a minute, belongs to a dead run.
+whole life, so a staging directory nobody holds, older than an hour, belongs to a dead run.
 
 A run that fails during steps 2–4 leaves a directory without a manifest — incomplete, never
 complete-looking — and keeps its charge; re-running the same release id (free, same secret)
@@ -245,7 +245,9 @@ class Staging:
         return published
 
 
-ABANDONED_AFTER_S = 60.0  # a live run locks its staging directory microseconds after making it
+# A live run locks its staging directory microseconds after making it; the hour also spares a
+# run of a userdp from before the lock (an upgrade while it runs), whose directory is unlocked.
+ABANDONED_AFTER_S = 3600.0
 
 
 def _staging_prefix(name: str) -> str:

@@ -19,6 +19,7 @@ sensitivity (checked against re-planning at other (L, C) in ``tests/pipelines/te
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -76,7 +77,9 @@ def _keys_suffix(keys_file: str | None) -> str:
 
 def _keys_file(q: QueryConfig) -> str | None:
     """The file of public keys whose rows alone the query reads, or None (every row)."""
-    return None if q.partitions in (None, "private") else str(q.partitions)
+    if q.partitions in (None, "private"):
+        return None
+    return os.path.normpath(str(q.partitions))  # keys.csv and ./keys.csv: one file, one group
 
 
 @dataclass(frozen=True)

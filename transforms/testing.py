@@ -29,7 +29,7 @@ validation, dead letters, the budget's booking and its misuse errors — is what
 does.
 
 Why this cannot publish raw values by accident: the release refuses to be used by a pipeline on
-any runner but Beam's local ones (Direct, FnApi, Prism), so a Dataflow or Flink job built with
+any runner but Beam's in-process ones (Direct, FnApi), so a Dataflow or Flink job built with
 it fails when its first transform is applied; and its manifest says ``"noise": "off …"`` where a
 real release says nothing. Privacy on Beam keeps the same kind of helper apart, in
 ``pbeamtest`` (no noise, every partition kept, contribution bounding still applied).
@@ -43,10 +43,10 @@ from typing import Any
 from .mechanisms.rng import ReleaseKey
 from .release import Budget, Release, ReleaseError
 
+# Prism is left out: it is a portable runner, and with --job_endpoint it submits to any server
 LOCAL_RUNNERS = frozenset(
-    {"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
-     "PrismRunner", "TestDirectRunner"}
-)  # fmt: skip
+    {"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner"}
+)
 NOISE_OFF = (
     "off: userdp.transforms.testing.exact_release — exact values, NOT differentially private"
 )

@@ -6,6 +6,8 @@ import itertools
 import math
 from fractions import Fraction
 
+import pytest
+
 from userdp.transforms.mechanisms.additive import (
     GaussianMechanism,
     LaplaceMechanism,
@@ -76,6 +78,8 @@ def test_l_scalar_releases_need_l_roundings_of_inflation() -> None:
     g_m = Fraction(2) ** spans._k
     assert spans._grid_scale == (Fraction(d1) + L * g_m) / (Fraction(eps) * g_m)
     assert one._grid_scale == (Fraction(d1) + g_m) / (Fraction(eps) * g_m)
+    with pytest.raises(ValueError, match="give dimension = their product, not both"):
+        LaplaceMechanism(d1, eps, dimension=2, spans=L)
     gauss = GaussianMechanism(d1, 0.5, spans=4)
     g_g = Fraction(2) ** gauss._k
     assert gauss._grid_sigma2 == (Fraction(d1) + 2 * g_g) ** 2 / (2 * Fraction(0.5) * g_g**2)

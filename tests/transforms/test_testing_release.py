@@ -55,11 +55,13 @@ def test_values_are_exact_and_bounded_and_every_partition_is_kept() -> None:
         assert sorted(again) == sorted(out)
 
 
-def test_a_non_local_runner_is_refused_when_the_first_transform_is_applied() -> None:
+@pytest.mark.parametrize("runner", ["PortableRunner", "PrismRunner", "FlinkRunner"])
+def test_a_non_local_runner_is_refused_when_the_first_transform_is_applied(runner: str) -> None:
+    """Prism too: a portable runner, which submits to any --job_endpoint."""
     release = exact_release(dp.Budget(epsilon=1))
-    p = beam.Pipeline(runner="PortableRunner")  # built, never run
+    p = beam.Pipeline(runner=runner)  # built, never run
     rows = p | beam.Create(ROWS)
-    with pytest.raises(ReleaseError, match=r"exact_release has no noise .* not PortableRunner"):
+    with pytest.raises(ReleaseError, match=rf"exact_release has no noise .* not {runner}"):
         _ = rows | release.ByPerson("pid", keys={"dom": "string"})
 
 

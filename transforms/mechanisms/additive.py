@@ -112,6 +112,14 @@ def _check_dimension(dimension: int, name: str = "dimension") -> None:
         raise ValueError(f"{name} must be ≥ 1, got {dimension}")
 
 
+def _check_spans(dimension: int, spans: int) -> None:
+    if dimension > 1 and spans > 1:  # a vector per partition would need dimension·spans
+        raise ValueError(
+            f"a vector of {dimension} values released in each of {spans} partitions: give "
+            "dimension = their product, not both"
+        )
+
+
 def _check_scalar(dimension: int) -> None:
     if dimension != 1:
         raise ValueError(f"this mechanism is for vectors of {dimension} values; use release_vector")
@@ -153,6 +161,7 @@ class LaplaceMechanism:
         eps = positive(self.epsilon, "epsilon", _BUDGET_HINT)
         _check_dimension(self.dimension)
         _check_dimension(self.spans, "spans")
+        _check_spans(self.dimension, self.spans)
         rounded = max(self.dimension, self.spans)
         # The effective scale b = (Δ₁ + d·g)/ε ≥ Δ₁/ε must be a finite float, checked here from
         # Δ and ε alone. (Its std √2·b may still pass the float range: it is then stated as inf,
@@ -216,6 +225,7 @@ class GaussianMechanism:
         rho = positive(self.rho, "rho", _BUDGET_HINT)
         _check_dimension(self.dimension)
         _check_dimension(self.spans, "spans")
+        _check_spans(self.dimension, self.spans)
         # Δ/√(2ρ) is a float quotient: past the float range it is inf, not an error, and would
         # give the grid 2^−40 and an OverflowError at release — so both numbers are checked here.
         try:
