@@ -21,9 +21,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.pvalue import PCollection, Row
 
+from .arguments import check_key_arity, check_key_types, key_tuples, plain_param
 from .by_person import People, people_of
 from .release import ReleaseError
 
@@ -133,7 +133,7 @@ class _Metric(beam.PTransform[Any, Any]):
             )
         self._name, self._params = name, {k: plain_param(v) for k, v in params.items()}
         self._release: Release | None = None
-        self._public = None if public_partitions is None else _key_tuples(public_partitions)
+        self._public = None if public_partitions is None else key_tuples(public_partitions)
 
     def __getstate__(self) -> dict[str, Any]:
         """Without its Release: Beam pickles a transform whose ``expand`` raised (a caught typo,
@@ -173,8 +173,8 @@ class _Metric(beam.PTransform[Any, Any]):
                 ) from None
             raise
         if self._public is not None:
-            _check_key_arity(self._public, q.by, label)
-            _check_key_types(self._public, q.by, people, label)
+            check_key_arity(self._public, q.by, label)
+            check_key_types(self._public, q.by, people, label)
         share, sel_delta = explicit_share_of(q, people.release, label)
         plan = plan_member(q, people, label, share, sel_delta, public=self._public)
         out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
@@ -188,62 +188,6 @@ class _Metric(beam.PTransform[Any, Any]):
                 f"this {type(self).__name__} was already applied to another release's persons: "
                 "a transform belongs to one release; create a new transform for each release"
             )
-
-
-def plain_param(x: Any) -> Any:
-    """A keyword argument as a job file would hold it: NumPy scalars as Python numbers, tuples
-    and arrays as lists (``bounds=(0, 1)``, ``bounds=np.array([0., 1.])``)."""
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, (tuple, list, np.ndarray)):
-        return [plain_param(v) for v in x]
-    return x
-
-
-def _key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
-    if isinstance(keys, PCollection):
-        raise TypeError(
-            "public_partitions must be a list of keys known when the pipeline is built, not a "
-            "PCollection (its contents exist only when the pipeline runs): read the keys first, "
-            "or select partitions privately (leave public_partitions out)"
-        )
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-        raise TypeError(
-            f"public_partitions must be a list of keys, got {type(keys).__name__} {keys!r}"
-        )
-    out = tuple(
-        tuple(plain_param(v) for v in k) if isinstance(k, tuple) else (plain_param(k),)
-        for k in keys
-    )
-    if not out:
-        raise ValueError("public_partitions is empty: list the keys to release")
-    return tuple(dict.fromkeys(out))
-
-
-def _check_key_arity(keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], label: str) -> None:
-    """Each public key holds one value per ``by`` column (the keys are public: shown as given)."""
-    for i, k in enumerate(keys):
-        if len(k) != len(by):
-            raise ValueError(
-                f"{label}: public_partitions[{i}] = {k if len(k) > 1 else k[0]!r} is not a key "
-                f"for by = {list(by)}: give one value per by column (a tuple when there are "
-                "several)"
-            )
-
-
-def _check_key_types(
-    keys: tuple[tuple[Any, ...], ...], by: tuple[str, ...], people: People, label: str
-) -> None:
-    """Each public key value has its ``by`` column's declared type, checked when the transform
-    is applied (the release types them the same way when it runs), and named by the transform."""
-    from userdp.pipelines.public_keys import typed_public_keys  # noqa: PLC0415
-
-    if not set(by) <= set(dict(people.schema.keys)):
-        return  # an undeclared column: the plan's own check names it
-    try:
-        typed_public_keys(keys, by, people.schema)
-    except ValueError as e:
-        raise ValueError(f"{label}: public_partitions: {e}") from None
 
 
 def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any, Fraction]:

@@ -112,7 +112,8 @@ class Aggregate(beam.PTransform[Any, Any]):
         metrics: Mapping[str, Any],
     ) -> None:
         super().__init__()
-        from .metrics import _Metric, plain_param  # noqa: PLC0415
+        from .arguments import plain_param  # noqa: PLC0415
+        from .metrics import _Metric  # noqa: PLC0415
 
         if not by:
             raise ValueError("Aggregate needs `by`: the partition columns its metrics share")
