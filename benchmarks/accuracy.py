@@ -145,7 +145,9 @@ def run_userdp(data: str, run: int, *, noise: bool) -> tuple[Results, Results]:
                         params |= {"value": VALUE, "bounds": [LO, HI]}
                     if mode == "public":
                         params["public_partitions"] = domains
-                    out = people | name >> transforms[m](epsilon=EPSILON, delta=DELTA, **params)
+                    # δ only where it is spent: Laplace noise on public keys is pure ε
+                    delta = {"delta": DELTA} if mode == "private" else {}
+                    out = people | name >> transforms[m](epsilon=EPSILON, **delta, **params)
                     _ = (
                         out
                         | f"{name}/json"

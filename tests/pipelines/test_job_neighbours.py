@@ -204,7 +204,9 @@ def run(root: Path, cases: list[Case], keys: list[str], without_victims: bool) -
             params = {k: v for k, v in q.items() if k not in ("name", "metric", "partitions")}
             if q["partitions"] != "private":
                 params["public_partitions"] = keys
-            share = {"epsilon": Fraction(1, 8), "delta": Fraction(1, 8_000_000)}
+            share: dict[str, Fraction] = {"epsilon": Fraction(1, 8)}
+            if q["partitions"] == "private":  # the public ones are pure ε: they take no δ
+                share["delta"] = Fraction(1, 8_000_000)
             released = people | q["name"] >> TRANSFORMS[q["metric"]](**params, **share)
             _ = (
                 released
