@@ -117,3 +117,25 @@ def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
     ]
     top = {k: v for k, v in schema.items() if k not in ("fields", "logicalType")}
     return {**top, "fields": fields}
+
+
+def refusal(schema: Any, columns: Sequence[str]) -> str | None:
+    """Why a file of this writer schema is not read (module docstring), or None: a recursive
+    type anywhere, or a logical type in a column the job reads. One sentence, metadata only; the
+    inspection (before any charge) and the reader (a file changed since) both ask it."""
+    recursive = recursive_type(schema)
+    if recursive is not None:
+        return (
+            f"its Avro schema has a recursive type {recursive!r} (a record holding a field of its "
+            "own type); userdp does not read such files, since one deeply nested value would "
+            "stop the reader: write the file without it"
+        )
+    read = set(columns)
+    for fd in schema.get("fields", []):
+        if fd.get("name") in read and (logical := logical_types(fd.get("type"))):
+            return (
+                f"column {fd['name']!r} has the Avro logical type {logical[0]!r}; a column the "
+                "job reads must be a plain long, int, double, float, string or boolean in every "
+                "branch (write it as its base type)"
+            )
+    return None

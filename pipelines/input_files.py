@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from .avro_schema import logical_types, recursive_type
+from .avro_schema import refusal as avro_refusal
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
 from .input_listing import SchemaError, list_input_files
 
@@ -193,25 +193,12 @@ def _metadata_families(
     if fmt == "avro":
         with FileSystems.open(path) as f:
             writer_schema: Any = fastavro.reader(f).writer_schema
-        recursive = recursive_type(writer_schema)
-        if recursive is not None:
-            raise SchemaError(
-                f"input file {path}: its Avro schema has a recursive type {recursive!r} (a record "
-                "holding a field of its own type); userdp does not read such files, since one "
-                "deeply nested value would stop the reader: write the file without it"
-            )
         fields = [fd["name"] for fd in writer_schema.get("fields", [])]
         _duplicated(fields, names, path)
         _all_present(fields, names, path)
-        types = {fd["name"]: fd["type"] for fd in writer_schema["fields"]}
-        for n in names:
-            if logical := logical_types(types[n]):
-                raise SchemaError(
-                    f"input file {path}: column {n!r} has the Avro logical type {logical[0]!r}; "
-                    "a column the job reads must be a plain long, int, double, float, string or "
-                    "boolean in every branch (write it as its base type)"
-                )
-        found = {n: avro_families(t) for n, t in types.items()}
+        if (refused := avro_refusal(writer_schema, names)) is not None:
+            raise SchemaError(f"input file {path}: {refused}")
+        found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
         return {n: (found[n][0] if found[n] else "null") for n in names}
     if fmt == "csv":
         header = csv_header(path, compression)

@@ -42,7 +42,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.validate import FILE_METADATA_KEY, RAW_LINE_COLUMN, REJECT_COLUMN
 
-from .avro_schema import logical_types, projection, recursive_type
+from .avro_schema import projection
+from .avro_schema import refusal as avro_refusal
 from .compression import open_input
 from .input_files import (
     FORMATS,
@@ -346,11 +347,8 @@ class _ReadFile(beam.DoFn):
     def _avro(self, f: Any, path: str) -> Iterator[pa.Table]:
         with open_input(path, self._schema.compression) as head:  # the header alone
             writer_schema: Any = fastavro.reader(head).writer_schema
-        if (recursive := recursive_type(writer_schema)) is not None:  # inspected: a file changed
-            raise InputFileError(path, f"has a recursive Avro type {recursive!r}", None)
-        read = set(self._schema.columns)
-        if any(logical_types(fd["type"]) for fd in writer_schema["fields"] if fd["name"] in read):
-            raise InputFileError(path, "has an Avro logical type in a column the job reads", None)
+        if (refused := avro_refusal(writer_schema, self._schema.columns)) is not None:
+            raise InputFileError(path, refused, None)  # inspected before: the file changed since
         # Only the job's columns, without logical types (avro_schema.py): no value is converted.
         # surrogateescape: a string that is not UTF-8 decodes with lone surrogates, which
         # records_to_table turns into a dead letter, instead of stopping the read mid-block.
