@@ -9,9 +9,10 @@ Two hazards sit in columns a job never reads, so they are settled from the file'
   a malformed uuid) raised in the middle of the file — one person's row failing the whole run.
   Records are therefore read through a *reader schema* (Avro schema resolution) that keeps only
   the job's columns, so the other fields are skipped, never converted; and a column the job reads
-  may not have a logical type in any branch of its union (:func:`logical_types`, refused when the
-  inputs are inspected), since the writer's logical type would still be applied to it. (The
-  reader schema also drops ``logicalType`` keys; that alone does not stop fastavro.)
+  may not have a logical type in any branch of its union, nor in a named type it uses by name
+  (:func:`logical_types`, refused when the inputs are inspected), since the writer's logical
+  type would still be applied to it. (The reader schema also drops ``logicalType`` keys; that
+  alone does not stop fastavro.)
 * **Recursive named types** (a record with a field of its own type): decoding, or even skipping,
   a value nested a few thousand levels deep overflows the C stack of fastavro's decoder and kills
   the process (SIGSEGV) — one row again. No schema check can bound the depth of a recursive type,
@@ -46,12 +47,42 @@ def _subtypes(t: Any) -> list[Any]:
     return [kind]  # {"type": <a type>, "logicalType": …} and the like
 
 
-def logical_types(t: Any) -> list[str]:
-    """Every ``logicalType`` inside the Avro type ``t`` (a field's type), in order."""
-    found = [str(t["logicalType"])] if isinstance(t, dict) and "logicalType" in t else []
-    for sub in _subtypes(t):
-        found += logical_types(sub)
+def _definitions(schema: Any) -> dict[str, dict[str, Any]]:
+    """Full name → definition of every named type in a parsed writer schema (full names)."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def collect(t: Any) -> None:
+        if isinstance(t, dict) and _named(t):
+            found.setdefault(t["name"], t)
+        for sub in _subtypes(t):
+            collect(sub)
+
+    for fd in schema.get("fields", []):
+        collect(fd.get("type"))
     return found
+
+
+def logical_types(t: Any, definitions: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """Every ``logicalType`` inside the Avro type ``t`` (a field's type), in order — also inside
+    a named type that ``t`` uses by name (a ``fixed`` decimal defined by another column), which
+    fastavro converts all the same. ``definitions``: :func:`_definitions` of the whole schema."""
+    definitions = definitions or {}
+    seen: set[str] = set()
+
+    def walk(t: Any) -> list[str]:
+        if isinstance(t, str):
+            if t in seen or t not in definitions:
+                return []
+            seen.add(t)
+            return walk(definitions[t])
+        if isinstance(t, dict) and _named(t):
+            seen.add(t["name"])
+        found = [str(t["logicalType"])] if isinstance(t, dict) and "logicalType" in t else []
+        for sub in _subtypes(t):
+            found += walk(sub)
+        return found
+
+    return walk(t)
 
 
 def recursive_type(schema: Any) -> str | None:
@@ -73,16 +104,7 @@ def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
     """A reader schema of the writer's top-level record holding only the fields ``names`` (in
     the writer's order), with every ``logicalType`` removed (module docstring). A named type that
     a kept field references but an unread field defined is defined again where first used."""
-    definitions: dict[str, dict[str, Any]] = {}
-
-    def collect(t: Any) -> None:
-        if isinstance(t, dict) and _named(t):
-            definitions.setdefault(t["name"], t)
-        for sub in _subtypes(t):
-            collect(sub)
-
-    for fd in schema.get("fields", []):
-        collect(fd.get("type"))
+    definitions = _definitions(schema)
     emitted: set[str] = set()
 
     def plain(t: Any) -> Any:
@@ -130,9 +152,9 @@ def refusal(schema: Any, columns: Sequence[str]) -> str | None:
             "own type); userdp does not read such files, since one deeply nested value would "
             "stop the reader: write the file without it"
         )
-    read = set(columns)
+    read, definitions = set(columns), _definitions(schema)
     for fd in schema.get("fields", []):
-        if fd.get("name") in read and (logical := logical_types(fd.get("type"))):
+        if fd.get("name") in read and (logical := logical_types(fd.get("type"), definitions)):
             return (
                 f"column {fd['name']!r} has the Avro logical type {logical[0]!r}; a column the "
                 "job reads must be a plain long, int, double, float, string or boolean in every "
