@@ -1,4 +1,5 @@
-"""What userdp reads of an Avro file's schema: the job's columns only, as plain Avro types.
+"""What userdp reads of an Avro file's schema: the job's columns only, as plain Avro types,
+and each column's type family (:func:`avro_families`; the rules in :mod:`.input_files`).
 
 Two hazards sit in columns a job never reads, so they are settled from the file's schema
 (metadata, the same for every row) before any record is decoded:
@@ -25,6 +26,30 @@ from collections.abc import Sequence
 from typing import Any
 
 _NAMED = ("record", "enum", "fixed", "error")
+_AVRO_FAMILY = {
+    "int": "integer",
+    "long": "integer",
+    "float": "float",
+    "double": "float",
+    "string": "string",
+    "boolean": "bool",
+    "null": "null",
+}
+
+
+def avro_families(avro_type: Any) -> tuple[str, ...]:
+    """Families of an Avro field type, in declaration order, without ``null``."""
+    if isinstance(avro_type, list):
+        out: list[str] = []
+        for branch in avro_type:
+            out.extend(f for f in avro_families(branch) if f not in out)
+        return tuple(out)
+    if isinstance(avro_type, dict):
+        if "logicalType" in avro_type:
+            return (str(avro_type["logicalType"]),)
+        return avro_families(avro_type.get("type"))
+    family = _AVRO_FAMILY.get(str(avro_type), str(avro_type))
+    return () if family == "null" else (family,)
 
 
 def _named(t: dict[str, Any]) -> bool:

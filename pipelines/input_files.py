@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from .avro_schema import avro_families
 from .avro_schema import refusal as avro_refusal
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
 from .input_listing import SchemaError, list_input_files
@@ -62,15 +63,6 @@ _CANONICAL: dict[str, pa.DataType] = {
     "string": pa.string(),
     "bool": pa.bool_(),
     "float": pa.float64(),
-}
-_AVRO_FAMILY = {
-    "int": "integer",
-    "long": "integer",
-    "float": "float",
-    "double": "float",
-    "string": "string",
-    "boolean": "bool",
-    "null": "null",
 }
 _ARROW_FAMILY = (
     (pa.types.is_integer, "integer"),
@@ -123,21 +115,6 @@ def arrow_family(t: pa.DataType) -> str:
     if pa.types.is_dictionary(t):
         return arrow_family(t.value_type)
     return next((family for test, family in _ARROW_FAMILY if test(t)), str(t))
-
-
-def avro_families(avro_type: Any) -> tuple[str, ...]:
-    """Families of an Avro field type, in declaration order, without ``null``."""
-    if isinstance(avro_type, list):
-        out: list[str] = []
-        for branch in avro_type:
-            out.extend(f for f in avro_families(branch) if f not in out)
-        return tuple(out)
-    if isinstance(avro_type, dict):
-        if "logicalType" in avro_type:
-            return (str(avro_type["logicalType"]),)
-        return avro_families(avro_type.get("type"))
-    family = _AVRO_FAMILY.get(str(avro_type), str(avro_type))
-    return () if family == "null" else (family,)
 
 
 # --- per-file schema --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ change how its neighbours are parsed. Here every record is one physical line (``
 - **JSONL**: a line is one JSON object; blank lines are skipped. Parsed by pyarrow with the
   declared schema; a line pyarrow refuses (a value of another type, invalid UTF-8, a lone
   surrogate, duplicate keys, several values on one line …) is parsed alone by Python's ``json``
-  and becomes a typed raw row or a malformed record (``pipelines.sources.records_to_table``).
+  and becomes a typed raw row or a malformed record (``raw_records.records_to_table``).
   Python never reads a line more strictly than pyarrow: what pyarrow does not read (a field that
   is not UTF-8 or repeated) it ignores too, and a line past Python's own limits (an integer past
   ``int``'s digits, deep nesting) gets pyarrow's row when pyarrow reads it alone.

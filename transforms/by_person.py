@@ -126,7 +126,7 @@ class _ToRawTables(beam.DoFn):
             yield self._flush()
 
     def _flush(self) -> pa.Table:
-        from userdp.pipelines.sources import records_to_table  # noqa: PLC0415
+        from userdp.pipelines.raw_records import records_to_table  # noqa: PLC0415
 
         rows, self._rows = self._rows, []
         return records_to_table(rows, self._schema, absent_is_named=True)

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from tests.io import run_read_validate
-from userdp.pipelines.sources import InputSchema, _ReadFile, inspect_inputs, records_to_table
+from userdp.pipelines.raw_records import records_to_table
+from userdp.pipelines.sources import InputSchema, _ReadFile, inspect_inputs
 from userdp.pipelines.text_records import (
     MAX_LINE_BYTES,
     CsvLines,
