@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -63,3 +64,46 @@ def terminating_as_interrupt() -> Iterator[None]:
         yield
     finally:  # None: a handler set outside Python, which cannot be put back
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def interrupts_held(note: str) -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends, then reach the handlers they would have
+    reached (re-raised with :func:`signal.raise_signal`), so nothing stops a step between two
+    things that must happen together: the ledger's commit of a charge and the caller's record
+    of it, without which the clean-up cannot take the charge back. A signal that arrives while
+    held prints ``note`` (say what is being finished) on stderr; a second one is delivered at
+    once, for an operator who will not wait (a ledger lock can hold the block for a minute).
+
+    Main thread only (elsewhere, and where a handler was set outside Python, the block runs
+    unchanged)."""
+    previous = {s: signal.getsignal(s) for s in _HELD}
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+        yield
+        return
+    pending: list[int] = []  # the first signal held; a second one is delivered at once
+
+    def restore() -> None:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+    def hold(signum: int, frame: Any) -> None:
+        if pending:
+            pending.clear()
+            restore()
+            signal.raise_signal(signum)
+            return
+        pending.append(signum)
+        sys.stderr.write(f"userdp: {note} before stopping (press Ctrl-C again to stop now)\n")
+
+    for s in _HELD:
+        signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        restore()
+        if pending:
+            signal.raise_signal(pending[0])

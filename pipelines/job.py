@@ -42,7 +42,7 @@ from .dead_letters import (
     restrict_dead_letters,
     settle_failed_dead_letters,
 )
-from .interrupts import RunInterrupted, caused_by
+from .interrupts import RunInterrupted, caused_by, interrupts_held
 from .ledger import ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
@@ -286,7 +286,8 @@ def run_release(
         if job.ledger is not None:
             progress.stage("charging the ledger")
             artifacts = release_artifacts(job, c.secret_check)
-            reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
+            with interrupts_held("finishing the ledger's charge"):  # so it can be taken back
+                reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
         keys = _release_keys(job, reservation, release_key)
         staging = Staging.create(job.output.path)
         layout = output_layout(job, c.plan)

@@ -45,6 +45,7 @@ from userdp.transforms.release import Budget, Release
 from . import charging
 from .config import JobConfig
 from .config_fields import ConfigError
+from .interrupts import RunInterrupted, caused_by, interrupts_held
 from .job import check_job
 from .ledger import Cost, Reservation
 from .progress import Progress
@@ -123,6 +124,58 @@ def _measure(
     return {r["name"]: r for r in rows}
 
 
+def _charge_and_measure(
+    job: JobConfig,
+    checked: Any,
+    groups: TuneGroups,
+    eps: Fraction,
+    directory: str,
+    *,
+    release_key: ReleaseKey | None,
+    noise: bool,
+    progress: Progress,
+) -> tuple[Reservation | None, dict[str, Any]]:
+    """Charges the ledger (if any) and measures; whatever stops the measuring once charged, an
+    interrupt too, takes the charge back (:class:`RunInterrupted` says so)."""
+    reservation: Reservation | None = None
+    rid: str | None = None
+    workdir = FileSystems.join(directory, f".measuring-{secrets.token_hex(6)}")
+    try:
+        if job.ledger is not None:
+            progress.stage(f"charging the ledger ε = {float(eps):g} for tuning")
+            rid = charging.new_release_id(job.ledger.scope + "-tune")
+            artifacts = release_artifacts(job, checked.secret_check)
+            cost = tuning_cost(checked.plan.total, eps)
+            with interrupts_held("finishing the ledger's charge"):  # so it can be taken back
+                reservation = charging.reserve_cost(
+                    job,
+                    cost,
+                    files=checked.schema.files,
+                    release_id=rid,
+                    artifacts=artifacts,
+                    config_hash=job.config_hash + "+tune",
+                )
+        if release_key is not None:
+            keys = ReleaseKeys(release_key)
+        else:
+            secret = reservation.secret if reservation is not None else new_release_secret()
+            keys = ReleaseKeys.from_secret(secret, job.release.secret_path)
+        with progress.running(f"measuring contributions on {job.runner.name}"):
+            measurements = _measure(
+                job, checked, groups=groups, keys=keys, epsilon=eps, noise=noise, workdir=workdir
+            )
+    except BaseException as e:
+        if reservation is not None:
+            charging.cancel(job, reservation)
+        if caused_by(e, KeyboardInterrupt):
+            charge = "released" if reservation is not None else "none"
+            raise RunInterrupted("while measuring", charge, rid) from e
+        raise
+    finally:
+        _remove(workdir)
+    return reservation, measurements
+
+
 def run_tune(
     job: JobConfig,
     epsilon: Fraction | None = None,
@@ -150,50 +203,28 @@ def run_tune(
     groups = tuning_groups(job, eps, checked.schema)
     if not groups.plans:
         return TuneResult([], untuned, directory, None, Fraction(0), None)
-    reservation = None
-    if job.ledger is not None:
-        progress.stage(f"charging the ledger ε = {float(eps):g} for tuning")
-        rid = charging.new_release_id(job.ledger.scope + "-tune")
-        artifacts = release_artifacts(job, checked.secret_check)
-        cost = tuning_cost(checked.plan.total, eps)
-        reservation = charging.reserve_cost(
-            job,
-            cost,
-            files=checked.schema.files,
-            release_id=rid,
-            artifacts=artifacts,
-            config_hash=job.config_hash + "+tune",
-        )
-    if release_key is not None:
-        keys = ReleaseKeys(release_key)
-    else:
-        secret = reservation.secret if reservation is not None else new_release_secret()
-        keys = ReleaseKeys.from_secret(secret, job.release.secret_path)
-    workdir = FileSystems.join(directory, f".measuring-{secrets.token_hex(6)}")
-    try:
-        with progress.running(f"measuring contributions on {job.runner.name}"):
-            measurements = _measure(
-                job, checked, groups=groups, keys=keys, epsilon=eps, noise=noise, workdir=workdir
-            )
-    except BaseException:
-        if reservation is not None:
-            charging.cancel(job, reservation)
-        raise
-    finally:
-        _remove(workdir)
-    recs = recommend(job, checked.plan, groups, measurements)
-    job_file, job_file_error = None, None
-    if any((r.new.L, r.new.C, r.new.bounds) != (r.old.L, r.old.C, r.old.bounds) for r in recs):
-        try:
-            job_file = write_tuned_job(job, recs, tuned_job_path(job))
-        except ConfigError as e:  # a layout we cannot edit: the recommendation still stands
-            job_file_error = str(e)
-    manifest = _write_outputs(
-        directory, job, groups=groups, measurements=measurements, recs=recs, untuned=untuned,
-        eps=eps, reservation=reservation, job_file=(job_file, job_file_error),
+    reservation, measurements = _charge_and_measure(
+        job, checked, groups, eps, directory, release_key=release_key, noise=noise,
+        progress=progress,
     )  # fmt: skip
-    if reservation is not None:
-        charging.complete(job, reservation, {"tune": directory}, manifest)
+    try:  # the noisy measurements exist now: an interrupt leaves the charge standing
+        recs = recommend(job, checked.plan, groups, measurements)
+        job_file, job_file_error = None, None
+        if any((r.new.L, r.new.C, r.new.bounds) != (r.old.L, r.old.C, r.old.bounds) for r in recs):
+            try:
+                job_file = write_tuned_job(job, recs, tuned_job_path(job))
+            except ConfigError as e:  # a layout we cannot edit: the recommendation still stands
+                job_file_error = str(e)
+        manifest = _write_outputs(
+            directory, job, groups=groups, measurements=measurements, recs=recs,
+            untuned=untuned, eps=eps, reservation=reservation, job_file=(job_file, job_file_error),
+        )  # fmt: skip
+        if reservation is not None:
+            charging.complete(job, reservation, {"tune": directory}, manifest)
+    except KeyboardInterrupt as e:
+        charge = "kept" if reservation is not None else "none"
+        rid = reservation.release_id if reservation is not None else None
+        raise RunInterrupted("while writing its results", charge, rid) from e
     return TuneResult(recs, untuned, directory, job_file, eps, reservation, job_file_error)
 
 

@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from .config import ConfigError, load_job
+from .interrupts import RunInterrupted, exit_code, terminating_as_interrupt
 
 TUNE_HELP = (
     "measure contributions privately and recommend L, C and value bounds (writes a new job file)"
@@ -47,8 +48,12 @@ def _epsilon(text: str | None) -> Fraction | None:
 def run_tune_command(args: argparse.Namespace) -> int:
     from .private_log import PrivateLog  # noqa: PLC0415
 
-    with PrivateLog(capture_fds=True) as log:
-        code = _tune_logged(args, log)
+    with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
+        try:
+            code = _tune_logged(args, log)
+        except KeyboardInterrupt as e:  # only before its own handlers: while Beam loads
+            print("userdp tune: interrupted while starting; nothing ran", file=sys.stderr)
+            code = exit_code(e)
     if log.path is not None:
         print(f"userdp tune: details for the operator only are in {log.path}", file=sys.stderr)
     return code
@@ -77,6 +82,9 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
     except LedgerError as e:
         print(f"userdp tune: {e}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
+        print(f"userdp tune: {_interruption(e)}", file=sys.stderr)
+        return exit_code(e)
     except Exception as e:
         log.exception(e)
         print(
@@ -87,6 +95,21 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
         return 1
     print_tune_result(result)
     return 0
+
+
+_TUNE_CHARGE = {
+    "released": "its charge was taken back",
+    "kept": "its charge stands, since the noisy measurements exist (`userdp ledger history`)",
+    "none": "nothing was charged",
+}
+
+
+def _interruption(e: KeyboardInterrupt) -> str:
+    """When tuning stopped and what became of its charge (:class:`RunInterrupted`); any other
+    interrupt came before tuning could tell (its checks, or a second one during its clean-up)."""
+    if isinstance(e, RunInterrupted):
+        return f"interrupted {e.when}; {_TUNE_CHARGE[e.charge]}"
+    return "interrupted; `userdp ledger history` tells whether a tuning charge stands"
 
 
 def print_tune_result(result: Any) -> None:

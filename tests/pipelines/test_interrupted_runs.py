@@ -213,3 +213,84 @@ def test_ctrl_c_while_the_command_line_loads_is_exit_130_without_a_traceback() -
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 130
     assert done.stderr == "userdp: interrupted while starting; nothing ran\n"
+
+
+def test_an_interrupt_as_the_charge_commits_still_takes_it_back(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM after the ledger's commit, before the launcher holds the reservation: the charge
+    was left reserved for good (the clean-up had nothing to take back). It waits now."""
+    from userdp.pipelines import charging  # noqa: PLC0415
+
+    reserve = charging.reserve
+
+    def committed_then_terminated(*args: Any, **kwargs: Any) -> Any:
+        reservation = reserve(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10_000))  # bytecodes enough for a handler to run
+        return reservation
+
+    monkeypatch.setattr(charging, "reserve", committed_then_terminated)
+    monkeypatch.chdir(job_dir)
+    assert main(["run", "job.toml"]) == 143
+    err = capsys.readouterr().err
+    assert "userdp: finishing the ledger's charge before stopping (press Ctrl-C again" in err
+    assert "interrupted before the pipeline ran; nothing was published; the ledger's charge" in err
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_tune_takes_its_charge_back_when_stopped_right_after_it(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Between tune's charge and its measuring (the release keys) an interrupt left the charge
+    reserved, since the clean-up began only with the measuring; and `userdp tune` printed a
+    traceback for any interrupt (it had no handler, and SIGTERM ended it mid-step)."""
+    from userdp.pipelines import tune as tune_module  # noqa: PLC0415
+
+    monkeypatch.setattr(tune_module.ReleaseKeys, "from_secret", interrupted)
+    job = JOB.replace("epsilon = 1.0", "epsilon = 1.0\ndelta = 1e-6")
+    (job_dir / "job.toml").write_text(
+        job.replace('metric = "persons"', 'metric = "persons"\nby = ["domain"]\n'
+                    "max_partitions_per_person = 1")
+    )  # fmt: skip
+    monkeypatch.chdir(job_dir)
+    cap = ["ledger", "set-cap", "--ledger", "ledger.sqlite", "--scope", "logs"]
+    assert main([*cap, "--epsilon", "5", "--delta", "1e-5"]) == 0
+    assert main(["tune", "job.toml", "--epsilon", "0.5"]) == 130
+    err = capsys.readouterr().err
+    assert "userdp tune: interrupted while measuring; its charge was taken back" in err
+    assert "Traceback" not in err
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def _hold_then(signals: list[int]) -> list[str]:
+    """Sends ``signals`` inside an ``interrupts_held`` block; returns what happened, in order."""
+    from userdp.pipelines.interrupts import interrupts_held  # noqa: PLC0415
+
+    seen: list[str] = []
+    try:
+        with interrupts_held("finishing a step"):
+            for s in signals:
+                os.kill(os.getpid(), s)
+                sum(range(10_000))
+                seen.append(f"after {signal.Signals(s).name}")
+            seen.append("block done")
+    except KeyboardInterrupt as e:
+        seen.append(type(e).__name__)
+    return seen
+
+
+def test_a_held_interrupt_arrives_when_the_block_ends_and_a_second_one_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from userdp.pipelines.interrupts import Terminated, terminating_as_interrupt  # noqa: PLC0415
+
+    before = signal.getsignal(signal.SIGINT)
+    assert _hold_then([signal.SIGINT]) == ["after SIGINT", "block done", "KeyboardInterrupt"]
+    assert "userdp: finishing a step before stopping" in capsys.readouterr().err
+    assert _hold_then([signal.SIGINT, signal.SIGINT]) == ["after SIGINT", "KeyboardInterrupt"]
+    with terminating_as_interrupt():  # SIGTERM reaches the handler it would have reached
+        assert _hold_then([signal.SIGTERM]) == ["after SIGTERM", "block done", "Terminated"]
+        assert issubclass(Terminated, KeyboardInterrupt)
+    assert _hold_then([]) == ["block done"]
+    assert signal.getsignal(signal.SIGINT) == before
