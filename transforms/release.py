@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .arguments import plain_param
 from .keys import ReleaseKeys, read_key_file
 from .mechanisms.accounting import ZCDP, ApproxDP, PureDP, compose
 from .mechanisms.accounting import Budget as Guarantee
@@ -48,8 +47,7 @@ class ReleaseError(ValueError):
 def _exact(x: object) -> object:
     """Floats as the decimals they print as (0.1 → 1/10), like numbers read from a job file;
     NumPy scalars as the Python numbers they hold."""
-    if isinstance(x, np.generic):
-        x = x.item()
+    x = plain_param(x)
     return Fraction(repr(x)) if isinstance(x, float) and math.isfinite(x) else x
 
 
