@@ -44,7 +44,7 @@ class _BeamImportNotice(logging.Filter):
 logging.getLogger().addFilter(_BeamImportNotice())
 
 from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
-from .interrupts import RunInterrupted, exit_code, terminating_as_interrupt  # noqa: E402
+from .interrupts import RunInterrupted, exit_code  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
@@ -143,21 +143,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .private_log import PrivateLog  # noqa: PLC0415
+    from .private_log import logged_command  # noqa: PLC0415
 
-    with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
-        try:
-            code = _run_logged(args, log)
-        except KeyboardInterrupt as e:  # only before its own handlers: while Beam loads
-            print("userdp run: interrupted while starting; nothing ran", file=sys.stderr)
-            code = exit_code(e)
-    if log.path is not None:
-        print(
-            f"userdp run: library messages and details (they may quote private data; for the "
-            f"operator only) are in {log.path}",
-            file=sys.stderr,
-        )
-    return code
+    return logged_command("run", lambda log: _run_logged(args, log))
 
 
 _CHARGE = {

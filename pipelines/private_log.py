@@ -24,8 +24,11 @@ import sys
 import tempfile
 import traceback
 import warnings
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TextIO
+
+from .interrupts import exit_code, terminating_as_interrupt
 
 
 class _LazyFileHandler(logging.Handler):
@@ -139,3 +142,23 @@ class PrivateLog:
             if self.path is not None and os.path.getsize(self.path) == 0:
                 os.remove(self.path)  # made up front for the descriptors, and nothing came
                 self.path = None
+
+
+def logged_command(name: str, body: Callable[[PrivateLog], int]) -> int:
+    """Runs a command that reads the data (``userdp run``, ``userdp tune``): SIGTERM as Ctrl-C,
+    file descriptors 1 and 2 to the operator-only log while ``body(log)`` runs, and the log's
+    path said at the end. ``body`` handles its own interrupts once loaded; one that comes before
+    (while Beam loads) is exit 130/143 with one line."""
+    with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
+        try:
+            code = body(log)
+        except KeyboardInterrupt as e:
+            print(f"userdp {name}: interrupted while starting; nothing ran", file=sys.stderr)
+            code = exit_code(e)
+    if log.path is not None:
+        print(
+            f"userdp {name}: library messages and details (they may quote private data; for "
+            f"the operator only) are in {log.path}",
+            file=sys.stderr,
+        )
+    return code

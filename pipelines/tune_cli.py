@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from .config import ConfigError, load_job
-from .interrupts import RunInterrupted, exit_code, terminating_as_interrupt
+from .interrupts import RunInterrupted, exit_code
 
 TUNE_HELP = (
     "measure contributions privately and recommend L, C and value bounds (writes a new job file)"
@@ -46,17 +46,9 @@ def _epsilon(text: str | None) -> Fraction | None:
 
 
 def run_tune_command(args: argparse.Namespace) -> int:
-    from .private_log import PrivateLog  # noqa: PLC0415
+    from .private_log import logged_command  # noqa: PLC0415
 
-    with terminating_as_interrupt(), PrivateLog(capture_fds=True) as log:
-        try:
-            code = _tune_logged(args, log)
-        except KeyboardInterrupt as e:  # only before its own handlers: while Beam loads
-            print("userdp tune: interrupted while starting; nothing ran", file=sys.stderr)
-            code = exit_code(e)
-    if log.path is not None:
-        print(f"userdp tune: details for the operator only are in {log.path}", file=sys.stderr)
-    return code
+    return logged_command("tune", lambda log: _tune_logged(args, log))
 
 
 def _tune_logged(args: argparse.Namespace, log: Any) -> int:
