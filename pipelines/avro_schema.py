@@ -13,7 +13,11 @@ Two hazards sit in columns a job never reads, so they are settled from the file'
   may not have a logical type in any branch of its union, nor in a named type it uses by name
   (:func:`logical_types`, refused when the inputs are inspected), since the writer's logical
   type would still be applied to it. (The reader schema also drops ``logicalType`` keys; that
-  alone does not stop fastavro.)
+  alone does not stop fastavro.) Its price: fastavro's C reader resolves the schemas again for
+  every value (~0.7 µs each), so a narrow file (4 columns, 3 read; 200,000 records, fastavro
+  1.13.1) decodes in 1.5–2× the time of decoding every field, while one with many or costly
+  unread fields decodes faster (20 columns: 0.55–0.67×; 8 with a timestamp: 0.8–0.9×). Safety
+  first: the projection is always used.
 * **Recursive named types** (a record with a field of its own type): decoding, or even skipping,
   a value nested a few thousand levels deep overflows the C stack of fastavro's decoder and kills
   the process (SIGSEGV) — one row again. No schema check can bound the depth of a recursive type,
