@@ -33,13 +33,16 @@ def _text(value: Any) -> str:
         return value
     try:
         return json.dumps(value)
-    except (RecursionError, ValueError):
+    except RecursionError:
         return "<too deeply nested>"
+    except ValueError:  # an int past Python's 4,300-digit text limit (or one inside), a cycle
+        if isinstance(value, int):  # no int64 holds it: its row is a dead letter in any case
+            return f"<an integer of {value.bit_length()} bits>"
     except TypeError:  # no JSON form: bytes, Decimal, dates, sets, a user's objects
         pass
     try:
         return repr(value)
-    except Exception:  # a user's __repr__ that raises
+    except Exception:  # a user's __repr__ that raises, a cycle holding a huge int
         return f"<{type(value).__name__}>"
 
 
@@ -175,7 +178,7 @@ def records_to_table(
             elif want == "float" and family in ("integer", "float"):
                 cols[name].append(_float_text(value))
             elif family == want:
-                cols[name].append(value if family == "string" else json.dumps(value))
+                cols[name].append(value if family == "string" else _text(value))
             else:
                 cols[name].append(_text(value))
                 if reason is None:

@@ -86,6 +86,9 @@ def test_numpy_scalars_read_as_the_python_numbers_they_hold() -> None:
         ("k", np.datetime64("2026-01-01"), "key type mismatch in k"),
         ("pid", b"7", "person id type mismatch"),
         ("pid", {1, 2}, "person id type mismatch"),
+        # past Python's 4,300-digit int-to-text limit: json.dumps raised on the worker
+        pytest.param("pid", int("f" * 3600, 16), "person id type mismatch", id="huge-int-pid"),
+        pytest.param("k", int("f" * 3600, 16), "key type mismatch in k", id="huge-int-key"),
     ],
 )
 def test_a_value_no_column_type_holds_is_a_dead_letter_not_a_worker_crash(
