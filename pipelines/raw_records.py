@@ -22,7 +22,7 @@ from userdp.transforms.validate import RAW_LINE_COLUMN, REJECT_COLUMN
 from .input_files import InputSchema, arrow_family
 from .text_records import ESCAPE, unescape_utf8
 
-__all__ = ["bytes_to_text", "malformed_rows", "records_to_table"]
+__all__ = ["bytes_to_text", "checked_text", "malformed_rows", "records_to_table"]
 
 
 def _text(value: Any) -> str:
@@ -213,3 +213,32 @@ def malformed_rows(lines: list[str | None], names: list[str]) -> pa.Table:
     rows = {c: pa.nulls(n, pa.string()) for c in names}
     reject = pa.array(["malformed record"] * n, pa.string())
     return pa.table({**rows, REJECT_COLUMN: reject, RAW_LINE_COLUMN: pa.array(lines, pa.string())})
+
+
+def checked_text(table: pa.Table) -> pa.Table:
+    """Arrow string columns (Parquet's, a library user's tables) may hold bytes that are not UTF-8
+    (writers do not all check): such a value becomes a dead letter instead of failing a later
+    step — one person's bytes must not stop the run."""
+    text = [
+        i for i, fd in enumerate(table.schema) if arrow_family(fd.type) == "string"
+    ]  # fmt: skip
+    if not text:
+        return table
+    as_bytes = {}
+    for i in text:
+        col = table.column(i)
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
+        try:
+            col.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            as_bytes[table.column_names[i]] = col.cast(pa.binary())
+    if not as_bytes:
+        return table
+    fixed = bytes_to_text(pa.table(as_bytes), escaped=False)
+    for name in as_bytes:
+        table = table.set_column(table.column_names.index(name), name, fixed.column(name))
+    if REJECT_COLUMN in fixed.column_names:
+        table = table.append_column(REJECT_COLUMN, fixed.column(REJECT_COLUMN))
+    return table

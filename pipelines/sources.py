@@ -34,11 +34,10 @@ from typing import Any
 import apache_beam as beam
 import fastavro
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from userdp.transforms.validate import FILE_METADATA_KEY, REJECT_COLUMN
+from userdp.transforms.validate import FILE_METADATA_KEY
 
 from .avro_schema import avro_families, projection
 from .avro_schema import refusal as avro_refusal
@@ -46,13 +45,12 @@ from .compression import open_input
 from .input_files import (
     FORMATS,
     InputSchema,
-    arrow_family,
     csv_header,
     error_kind,
     inspect_inputs,
 )
 from .input_listing import SchemaError
-from .raw_records import bytes_to_text, malformed_rows, records_to_table
+from .raw_records import bytes_to_text, checked_text, malformed_rows, records_to_table
 from .text_records import CsvLines, JsonLines, escape_utf8, line_chunks, unescape_utf8
 
 __all__ = [
@@ -215,35 +213,7 @@ class _ReadParquetRowGroup(beam.DoFn):
         except Exception as e:
             raise InputFileError(path, f"row group {group} cannot be decoded", e) from None
         if table.num_rows:
-            yield _with_file(_checked_text(table), path)
-
-
-def _checked_text(table: pa.Table) -> pa.Table:
-    """Parquet string columns may hold bytes that are not UTF-8 (writers do not all check): such a
-    value becomes a dead letter instead of failing a later step."""
-    text = [
-        i for i, fd in enumerate(table.schema) if arrow_family(fd.type) == "string"
-    ]  # fmt: skip
-    if not text:
-        return table
-    as_bytes = {}
-    for i in text:
-        col = table.column(i)
-        if pa.types.is_dictionary(col.type):
-            col = pc.cast(col, col.type.value_type)
-        try:
-            col.validate(full=True)
-            continue
-        except pa.ArrowInvalid:
-            as_bytes[table.column_names[i]] = col.cast(pa.binary())
-    if not as_bytes:
-        return table
-    fixed = bytes_to_text(pa.table(as_bytes), escaped=False)
-    for name in as_bytes:
-        table = table.set_column(table.column_names.index(name), name, fixed.column(name))
-    if REJECT_COLUMN in fixed.column_names:
-        table = table.append_column(REJECT_COLUMN, fixed.column(REJECT_COLUMN))
-    return table
+            yield _with_file(checked_text(table), path)
 
 
 class ReadArrowTables(beam.PTransform[Any, Any]):

@@ -86,6 +86,7 @@ def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
     stand for a float one; an all-null column for any). Text is refused, not parsed, so Arrow and
     Python rows make the same persons (``"1"`` is never the int ``1``)."""
     from userdp.pipelines.input_files import arrow_family  # noqa: PLC0415
+    from userdp.pipelines.raw_records import checked_text  # noqa: PLC0415
 
     missing = [c for c in schema.columns if c not in table.column_names]
     if missing:
@@ -102,7 +103,7 @@ def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
                 f"{expected}; cast it before ByPerson (types are never guessed from values, "
                 "and text is not parsed: '01' and '1' are not made one person)"
             )
-    return table
+    return checked_text(table)  # bytes that are not UTF-8: dead letters, as in a job's Parquet
 
 
 class _ToRawTables(beam.DoFn):

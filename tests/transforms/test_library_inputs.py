@@ -222,3 +222,17 @@ def test_public_partitions_are_kept_before_each_persons_partitions_are_picked() 
         )  # fmt: skip
         pairs = listed | beam.Map(lambda r: (r.k, r.value))
         assert_that(pairs, equal_to([("d0", 30.0), ("d1", 30.0), ("d99", 0.0)]))
+
+
+def test_arrow_text_that_is_not_utf8_is_a_dead_letter_not_a_worker_crash() -> None:
+    """A writer that does not check UTF-8 (here a binary column viewed as string) can give a
+    library user's table bytes such as 0xff: the pipeline raised UnicodeDecodeError, quoting the
+    byte, where a job reading the same Parquet file dead-letters the row."""
+
+    def text(values: list[bytes]) -> pa.Array:
+        return pa.array(values, pa.binary()).view(pa.string())
+
+    table = pa.table({"pid": [1, 2, 3], "k": text([b"x", b"\xff", b"x"]), "v": [1.0] * 3})
+    assert _arrow_people(table) == [[2.0], ["invalid UTF-8 text in k"]]
+    ids = pa.table({"pid": text([b"a", b"b\xfe"]), "k": ["x", "x"], "v": [1.0, 1.0]})
+    assert _arrow_people(ids, person_type="string") == [[1.0], ["invalid UTF-8 text in pid"]]
