@@ -93,7 +93,7 @@ class _Deflate:
         self._d: Any = None
         self._head = b""  # a stream's first byte, until its second arrives
 
-    def decompress(self, block: bytes) -> bytes:
+    def decompress(self, block: bytes, max_length: int = 0) -> bytes:
         if self._d is None:
             block = self._head + block
             if len(block) < 2:  # e.g. the one byte left after the previous stream ended
@@ -105,8 +105,12 @@ class _Deflate:
                 and (block[0] << 8 | block[1]) % 31 == 0
             )
             self._d = zlib.decompressobj(wbits=15 if zlib_header else -15)
-        out: bytes = self._d.decompress(block)
+        out: bytes = self._d.decompress(block, max_length)
         return out
+
+    @property
+    def unconsumed_tail(self) -> bytes:
+        return b"" if self._d is None else bytes(self._d.unconsumed_tail)
 
     @property
     def eof(self) -> bool:
@@ -115,6 +119,56 @@ class _Deflate:
     @property
     def unused_data(self) -> bytes:
         return b"" if self._d is None else bytes(self._d.unused_data)
+
+
+OUT_BYTES = 1 << 20  # decompressed bytes asked for at a time
+_ZSTD_PIECE = 256  # compressed bytes fed to zstd at a time: at most ~8 MiB out (32 KiB per byte)
+
+
+class _Limited:
+    """One compressed stream's decompressor that gives at most about ``limit`` bytes per call,
+    whatever the ratio: a person's row can be a gigabyte of one letter, which one 64 KiB block
+    of zstd or bzip2 holds, and a decompressor that gave a block's whole output would hold it.
+
+    zlib, bzip2 and xz stop at ``max_length`` themselves and keep the rest (zlib's unread input
+    in ``unconsumed_tail``, bzip2's and xz's output inside, ``needs_input`` False). zstd's
+    decompressor has no such limit, so it is fed small pieces, each of which can give only so
+    much (a 4-byte RLE block is at most 128 KiB)."""
+
+    def __init__(self, codec: str) -> None:
+        self._zstd = codec == "zstd"
+        self._zlib = codec in ("gzip", "deflate")
+        self._d: Any = _DECOMPRESSORS[codec]()
+        self._tail = b""  # input given but not yet used (zlib, zstd)
+
+    @property
+    def needs_input(self) -> bool:
+        if self._zlib or self._zstd:
+            return not self._tail
+        return bool(self._d.needs_input)
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._d.eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return bytes(self._d.unused_data) + (self._tail if self._zstd else b"")
+
+    def decompress(self, data: bytes, limit: int) -> bytes:
+        if self._zlib:
+            out: bytes = self._d.decompress(self._tail + data, limit)
+            self._tail = bytes(self._d.unconsumed_tail)
+            return out
+        if not self._zstd:
+            return bytes(self._d.decompress(data, max_length=limit))
+        self._tail += data
+        parts, size = [], 0
+        while self._tail and size < limit and not self._d.eof:
+            piece, self._tail = self._tail[:_ZSTD_PIECE], self._tail[_ZSTD_PIECE:]
+            parts.append(self._d.decompress(piece))
+            size += len(parts[-1])
+        return b"".join(parts)
 
 
 # codec → a fresh decompressor of one stream (``decompress``, ``eof``, ``unused_data``)
@@ -131,14 +185,14 @@ READ_BYTES = 1 << 16  # compressed bytes fed to the decompressor at a time
 class Decompressed(io.RawIOBase):
     """A compressed byte stream, read decompressed; ``EOFError`` if it ends inside a stream.
 
-    Output is produced as the reader asks for it; memory holds one fed block's output (logs
-    compress 5–20×; the files are the operator's own, not a person's input).
+    Output is produced as the reader asks for it, at most about ``OUT_BYTES`` (plus one zstd
+    piece's output) at a time, so memory does not follow the compression ratio (:class:`_Limited`).
     """
 
     def __init__(self, raw: IO[bytes], codec: str) -> None:
         super().__init__()
-        self._raw, self._new = raw, _DECOMPRESSORS[codec]
-        self._d = self._new()
+        self._raw, self._codec = raw, codec
+        self._d = _Limited(codec)
         self._pending = b""
         self._started = False  # the current decompressor has been fed bytes
 
@@ -158,13 +212,20 @@ class Decompressed(io.RawIOBase):
         """Decompress more into ``_pending``; False at the end of the input."""
         if self._d.eof:  # one stream ended: what follows is the next stream, or nothing
             rest = self._d.unused_data
-            self._d, self._started = self._new(), False
+            self._d, self._started = _Limited(self._codec), False
             if rest:
                 self._feed(rest)
                 return True
+        if not self._d.needs_input:  # output or input held from the last call
+            self._feed(b"")
+            return True
         block = self._raw.read(READ_BYTES)
         if not block:
             if self._started and not self._d.eof:
+                more = self._d.decompress(b"", OUT_BYTES)  # zlib can hold output, no input
+                if more:
+                    self._pending += more
+                    return True
                 raise EOFError("the compressed file ends inside a stream (truncated)")
             return False
         self._feed(block)
@@ -172,7 +233,7 @@ class Decompressed(io.RawIOBase):
 
     def _feed(self, block: bytes) -> None:
         self._started = True
-        self._pending += self._d.decompress(block)
+        self._pending += self._d.decompress(block, OUT_BYTES)
 
     def close(self) -> None:
         self._raw.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import tracemalloc
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -65,6 +67,37 @@ def test_concatenated_streams_read_as_their_concatenation(tmp_path: Path, codec:
     path = tmp_path / f"two{suffix}"
     path.write_bytes(compress(DATA[:1000]) + compress(DATA[1000:]))
     assert read_all(path) == DATA
+
+
+STREAMING: dict[str, Callable[[], Any]] = {  # compressors fed piece by piece
+    "gzip": lambda: zlib.compressobj(6, zlib.DEFLATED, 31),
+    "bzip2": bz2.BZ2Compressor,
+    "xz": lzma.LZMACompressor,
+    "zstd": lambda: zstandard.ZstdCompressor().compressobj(),
+    "deflate": lambda: zlib.compressobj(6, zlib.DEFLATED, -15),
+}
+
+
+@pytest.mark.parametrize("codec", COMPRESS)
+def test_one_huge_compressible_line_is_never_held_whole(tmp_path: Path, codec: str) -> None:
+    """A person's 64 MiB line of one letter compresses to 83 bytes (bzip2) – 64 KiB (gzip),
+    within one fed block: each decompressor gave the block's whole output at once, so the
+    launcher's one-byte look at the file held 64 MiB (1 GiB in the audit's repro, 2.3 GB of
+    memory, and a MemoryError exit under a cap). Memory is bounded now, whatever the ratio."""
+    c, piece = STREAMING[codec](), b"u" * (1 << 20)
+    blob = b"".join(c.compress(piece) for _ in range(64)) + c.flush()
+    path = tmp_path / f"bomb{COMPRESS[codec][0]}"
+    path.write_bytes(blob)
+    tracemalloc.start()
+    try:
+        with open_input(str(path)) as f:
+            assert f.read(1) == b"u"
+            total = 1 + sum(len(b) for b in iter(lambda: f.read(1 << 20), b""))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == 64 << 20
+    assert peak < 24 << 20, f"{peak / 2**20:.0f} MiB held"
 
 
 def test_an_empty_compressed_file_has_no_bytes(tmp_path: Path) -> None:
