@@ -21,6 +21,7 @@ file that appears between the two is not missed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,6 +63,22 @@ def fingerprint_of(
     )
     digest = "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
     return InputFingerprint(digest, listed, extra)
+
+
+KEYED_PREFIX = "hmac-sha256:"
+
+
+def keyed_fingerprint(secret: bytes, digest: str) -> str:
+    """What the ledger stores and shows of a release's input fingerprint: the digest keyed with
+    the release's own secret (HMAC-SHA-256).
+
+    The plain digest hashes the input files' sizes, which depend on every person's rows; with the
+    paths and times known (or 0.0 where a file system reports none) it is inverted by trying
+    sizes, and ``ledger history``, an auditor's role and a refused re-run's message showed it.
+    Keyed, it tells only whether two runs of one release id read the same files — all the re-run
+    check needs — and the secret is never shown (the auditor's role cannot read it)."""
+    mac = hmac.new(secret, b"userdp.input-fingerprint.v1\x00" + digest.encode(), hashlib.sha256)
+    return KEYED_PREFIX + mac.hexdigest()
 
 
 def input_fingerprint(

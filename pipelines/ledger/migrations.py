@@ -19,11 +19,12 @@ Invariants (checked by :meth:`~pipelines.ledger.store.LedgerStore.check_invarian
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import LedgerSchemaError
+from .fingerprint import KEYED_PREFIX, keyed_fingerprint
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -35,9 +36,26 @@ _DIALECT = {
 
 @dataclass(frozen=True)
 class Migration:
+    """``statements`` (DDL), then ``rewrite(tx)``: a change to the rows the SQL dialects cannot
+    say alike, in the same transaction."""
+
     version: int
     name: str
     statements: tuple[str, ...]
+    rewrite: Callable[[Any], None] | None = None
+
+
+def _key_input_fingerprints(tx: Any) -> None:
+    """Version 3: each release's plain input fingerprint becomes its keyed form
+    (:func:`.fingerprint.keyed_fingerprint`), so the ledger holds no digest of the files' sizes."""
+    rows = tx.all("SELECT release_id, input_fingerprint, secret FROM ledger_releases")
+    for rid, fp, secret in rows:
+        if not str(fp).startswith(KEYED_PREFIX):
+            keyed = keyed_fingerprint(bytes(secret), str(fp))
+            tx.execute(
+                "UPDATE ledger_releases SET input_fingerprint = ? WHERE release_id = ?",
+                (keyed, rid),
+            )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -117,6 +135,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ON ledger_release_periods (scope, period)",
         ),
     ),
+    Migration(3, "input fingerprints keyed by each release's secret", (), _key_input_fingerprints),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -45,7 +45,8 @@ class Reservation:
 
         Not the input fingerprint: it digests the input files' sizes, which depend on the rows
         of every person — a published value computed from the data without noise (issue 12,
-        item 7). It stays in the ledger, for the operator; ``release_id`` links the two."""
+        item 7). It stays in the ledger, keyed by the release's secret
+        (:func:`.fingerprint.keyed_fingerprint`); ``release_id`` links the two."""
         return {
             "release_id": self.release_id,
             "scope": self.scope,

@@ -23,6 +23,7 @@ and :mod:`.postgres_store`; the read side is in :mod:`.reading`, the write rules
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from userdp.transforms.mechanisms.rng import new_release_secret
 
 from .errors import LedgerError, ReleaseConflictError, UnknownScopeError
+from .fingerprint import keyed_fingerprint
 from .migrations import MIGRATIONS_TABLE, Dialect, pending, statements_for
 from .model import Amount, Cost, check_name, to_text
 from .reading import ReadingMixin, Tx, load_release, load_scope
@@ -115,6 +117,8 @@ class LedgerStore(ReadingMixin, ABC):
             for m in pending(self._version(tx)):  # again: another opener may have migrated
                 for statement in statements_for(m, self.dialect):
                     tx.execute(statement)
+                if m.rewrite is not None:
+                    m.rewrite(tx)
                 tx.execute(
                     "INSERT INTO ledger_schema_migrations (version, name, applied_at) "
                     "VALUES (?, ?, ?)",
@@ -153,7 +157,8 @@ class LedgerStore(ReadingMixin, ABC):
         existing = load_release(tx, rid, self.for_update, with_secret=True)
         if existing is not None:
             record, secret = existing
-            refuse_changed_rerun(record, req)
+            keyed = keyed_fingerprint(secret, req.input_fingerprint)  # as stored (fingerprint.py)
+            refuse_changed_rerun(record, dataclasses.replace(req, input_fingerprint=keyed))
             self._event(tx, "rerun", {"status": record.status}, scope=scope, release_id=rid)
             return Reservation(
                 rid, record.scope, record.periods, record.cost, record.counted,
@@ -173,6 +178,7 @@ class LedgerStore(ReadingMixin, ABC):
         if refusal is not None:
             raise refusal
         secret = new_release_secret()
+        keyed = keyed_fingerprint(secret, req.input_fingerprint)
         now = self._now()
         m, d = req.cost.parts()
         tx.execute(
@@ -181,8 +187,7 @@ class LedgerStore(ReadingMixin, ABC):
             " status, reserved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?)",
             (
                 rid, scope, req.cost.kind, to_text(m), to_text(d), to_text(counted.main),
-                to_text(counted.delta), conversion, req.config_hash, req.input_fingerprint,
-                secret, now,
+                to_text(counted.delta), conversion, req.config_hash, keyed, secret, now,
             ),
         )  # fmt: skip
         for acc in accounts:
@@ -191,8 +196,8 @@ class LedgerStore(ReadingMixin, ABC):
         self._event(tx, "reserve", {**detail, "conversion": conversion}, scope=scope,
                     release_id=rid)  # fmt: skip
         return Reservation(
-            rid, scope, req.periods, req.cost, counted, conversion, req.config_hash,
-            req.input_fingerprint, False, "reserved", secret,
+            rid, scope, req.periods, req.cost, counted, conversion, req.config_hash, keyed,
+            False, "reserved", secret,
         )  # fmt: skip
 
     @classmethod

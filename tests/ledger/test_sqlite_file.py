@@ -19,6 +19,7 @@ from userdp.pipelines.ledger import (
     LedgerSchemaError,
     open_ledger,
 )
+from userdp.pipelines.ledger.fingerprint import keyed_fingerprint
 from userdp.pipelines.ledger.migrations import LATEST_VERSION, MIGRATIONS, statements_for
 from userdp.pipelines.ledger.sqlite_store import SqliteLedger
 from userdp.transforms.mechanisms.accounting import PureDP
@@ -82,17 +83,17 @@ def test_migrations_from_an_empty_file_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     path.touch(mode=0o600)  # an empty file is an empty database
     with SqliteLedger(path) as ledger:
-        assert ledger.schema_version() == LATEST_VERSION == 2
+        assert ledger.schema_version() == LATEST_VERSION == 3
         ledger.set_cap("logs", Amount("approx", Fraction(1)))
         ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
                        config_hash="c", input_fingerprint="f")  # fmt: skip
     tables, indexes, versions = schema(path)
-    assert tables == TABLES and versions == [1, 2]
+    assert tables == TABLES and versions == [1, 2, 3]
     assert indexes == {"ledger_releases_by_scope", "ledger_release_periods_by_period"}
     with SqliteLedger(path) as again:  # re-open: nothing re-applied, data kept
-        assert again.schema_version() == 2 and again.integrity_check() == []
+        assert again.schema_version() == 3 and again.integrity_check() == []
         assert again.releases()[0].counted == Amount("approx", Fraction(1, 3))
-    assert schema(path)[2] == [1, 2]
+    assert schema(path)[2] == [1, 2, 3]
 
 
 def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
@@ -109,9 +110,39 @@ def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
                    "('logs', 'approx', '1/1', '0/1', '0/1', '0/1', 'then', 'then')")  # fmt: skip
     assert schema(path)[1] == set() and schema(path)[2] == [1]
     with SqliteLedger(path) as ledger:
-        assert ledger.schema_version() == 2
+        assert ledger.schema_version() == 3
         assert ledger.status()[0].scope.cap == Amount("approx", Fraction(1))
-    assert len(schema(path)[1]) == 2 and schema(path)[2] == [1, 2]
+    assert len(schema(path)[1]) == 2 and schema(path)[2] == [1, 2, 3]
+
+
+def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Path) -> None:
+    """A version-2 ledger holds plain fingerprints (digests of the files' sizes); version 3 keys
+    each with its release's secret, and a re-run of such a release on the same files stays free."""
+    path = tmp_path / "ledger.sqlite"
+    path.touch(mode=0o600)
+    plain = "sha256:" + "ab" * 32
+    with sqlite3.connect(path) as db:  # a ledger written by a userdp that knew versions 1 and 2
+        db.execute("CREATE TABLE ledger_schema_migrations (version INTEGER PRIMARY KEY, "
+                   "name TEXT NOT NULL, applied_at TEXT NOT NULL)")  # fmt: skip
+        for m in MIGRATIONS[:2]:
+            for statement in statements_for(m, "sqlite"):
+                db.execute(statement)
+            db.execute("INSERT INTO ledger_schema_migrations VALUES (?, 'v', 'then')", (m.version,))
+        db.execute("INSERT INTO ledger_scopes (scope, kind, cap_main, cap_delta, spent_main, "
+                   "spent_delta, created_at, updated_at) VALUES "
+                   "('logs', 'approx', '1/1', '0/1', '1/3', '0/1', 'then', 'then')")  # fmt: skip
+        db.execute("INSERT INTO ledger_releases (release_id, scope, cost_kind, cost_main, "
+                   "cost_delta, counted_main, counted_delta, conversion, config_hash, "
+                   "input_fingerprint, secret, status, reserved_at) VALUES ('r', 'logs', 'pure', "
+                   "'1/3', '0/1', '1/3', '0/1', 'none: pure ε-DP is (ε, 0)-DP', 'c', ?, ?, "
+                   "'reserved', 'then')",
+                   (plain, bytes(32)))  # fmt: skip
+    with SqliteLedger(path) as ledger:
+        (record,) = ledger.releases()
+        assert record.input_fingerprint == keyed_fingerprint(bytes(32), plain)
+        again = ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
+                               config_hash="c", input_fingerprint=plain)  # fmt: skip
+        assert again.rerun and ledger.status()[0].scope.spent == Amount("approx", Fraction(1, 3))
 
 
 def test_a_ledger_newer_than_the_code_is_refused(tmp_path: Path) -> None:
@@ -121,7 +152,7 @@ def test_a_ledger_newer_than_the_code_is_refused(tmp_path: Path) -> None:
         db.execute("INSERT INTO ledger_schema_migrations VALUES (7, 'future', 'later')")
     with pytest.raises(
         LedgerSchemaError,
-        match="the ledger's schema is version 7 but this userdp knows versions up to 2",
+        match="the ledger's schema is version 7 but this userdp knows versions up to 3",
     ):
         SqliteLedger(path)
 

@@ -3,6 +3,7 @@ with their numbers, re-runs, conflicts, completion, caps, quotes, history and in
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -21,6 +22,7 @@ from userdp.pipelines.ledger import (
     Reservation,
     UnknownScopeError,
 )
+from userdp.pipelines.ledger.fingerprint import keyed_fingerprint
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
 from userdp.transforms.mechanisms.budget_split import BudgetExceededError
 
@@ -184,7 +186,7 @@ def test_rerun_of_the_same_release_is_free_and_returns_the_same_secret(
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"fp": "fp-changed"}, "input fingerprint: recorded fp, now fp-changed"),
+        ({"fp": "fp-changed"}, "input fingerprint: recorded hmac-sha256:"),  # keyed: below
         ({"config": "cfg-changed"}, "config hash: recorded cfg, now cfg-changed"),
         ({"periods": ("2025-W01", "2025-W02")}, "periods: recorded ['2025-W01'], now"),
         ({"cost": Cost(PureDP(Fraction(1, 4)))}, "cost: recorded ε=1/3 (≈0.3333333333), now ε=1/4"),
@@ -204,6 +206,29 @@ def test_a_changed_rerun_is_refused_because_it_would_publish_the_difference(
     assert "subtracting the two outputs would cancel the noise" in str(e.value)
     assert "Use a new release id (a new charge)" in str(e.value)
     assert spent(ledger) == eps(Fraction(1, 3)) and len(ledger.releases()) == 1
+
+
+def test_the_input_fingerprint_is_stored_and_shown_keyed_by_the_release_secret(
+    ledger: LedgerStore,
+) -> None:
+    """The plain digest hashes the input files' sizes (one person's rows move them) and could be
+    inverted by trying sizes; the observables audit recovered a 22-byte row from `ledger
+    history`. Stored, listed and quoted in a refusal, it is keyed by each release's secret now:
+    the same files give unrelated values under two ids, and the re-run check still works."""
+    ledger.set_cap("logs", eps(1))
+    plain = "sha256:" + "ab" * 32
+    first, second = reserve(ledger, "r1", fp=plain), reserve(ledger, "r2", fp=plain)
+    assert first.input_fingerprint == keyed_fingerprint(first.secret, plain)
+    assert first.input_fingerprint.startswith("hmac-sha256:")
+    assert first.input_fingerprint != second.input_fingerprint
+    listed = {r.release_id: r.input_fingerprint for r in ledger.releases()}
+    assert listed == {"r1": first.input_fingerprint, "r2": second.input_fingerprint}
+    assert reserve(ledger, "r1", fp=plain).rerun  # the same files: a free re-run
+    other = "sha256:" + "cd" * 32
+    with pytest.raises(ReleaseConflictError, match="input fingerprint: recorded hmac") as e:
+        reserve(ledger, "r1", fp=other)
+    assert plain not in str(e.value) and other not in str(e.value)
+    assert plain not in json.dumps([r.to_json() for r in ledger.releases()])
 
 
 def test_complete_records_outputs_and_refuses_a_different_rerun(ledger: LedgerStore) -> None:
