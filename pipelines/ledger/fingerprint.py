@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -68,16 +69,23 @@ def fingerprint_of(
 KEYED_PREFIX = "hmac-sha256:"
 
 
-def keyed_fingerprint(secret: bytes, digest: str) -> str:
+def new_fingerprint_key() -> bytes:
+    """A release's fingerprint key: 32 random bytes that never leave the ledger."""
+    return secrets.token_bytes(32)
+
+
+def keyed_fingerprint(key: bytes, digest: str) -> str:
     """What the ledger stores and shows of a release's input fingerprint: the digest keyed with
-    the release's own secret (HMAC-SHA-256).
+    the release's own ``fingerprint_key`` (HMAC-SHA-256).
 
     The plain digest hashes the input files' sizes, which depend on every person's rows; with the
     paths and times known (or 0.0 where a file system reports none) it is inverted by trying
     sizes, and ``ledger history``, an auditor's role and a refused re-run's message showed it.
     Keyed, it tells only whether two runs of one release id read the same files — all the re-run
-    check needs — and the secret is never shown (the auditor's role cannot read it)."""
-    mac = hmac.new(secret, b"userdp.input-fingerprint.v1\x00" + digest.encode(), hashlib.sha256)
+    check needs. The key is not the release secret: with ``[release] secret_path`` that secret is
+    a nonce in the job graph, which untrusted readers may hold. It never leaves the ledger, and
+    the auditor's grants (docs/ledger.md) do not include it."""
+    mac = hmac.new(key, b"userdp.input-fingerprint.v1\x00" + digest.encode(), hashlib.sha256)
     return KEYED_PREFIX + mac.hexdigest()
 
 

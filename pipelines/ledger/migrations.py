@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import LedgerSchemaError
-from .fingerprint import KEYED_PREFIX, keyed_fingerprint
+from .fingerprint import KEYED_PREFIX, keyed_fingerprint, new_fingerprint_key
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -46,15 +46,17 @@ class Migration:
 
 
 def _key_input_fingerprints(tx: Any) -> None:
-    """Version 3: each release's plain input fingerprint becomes its keyed form
-    (:func:`.fingerprint.keyed_fingerprint`), so the ledger holds no digest of the files' sizes."""
-    rows = tx.all("SELECT release_id, input_fingerprint, secret FROM ledger_releases")
-    for rid, fp, secret in rows:
+    """Version 3: each release's plain input fingerprint becomes its keyed form under a new
+    random ``fingerprint_key`` (:func:`.fingerprint.keyed_fingerprint`), so the ledger holds no
+    digest of the files' sizes that anyone without that key can invert."""
+    rows = tx.all("SELECT release_id, input_fingerprint FROM ledger_releases")
+    for rid, fp in rows:
         if not str(fp).startswith(KEYED_PREFIX):
-            keyed = keyed_fingerprint(bytes(secret), str(fp))
+            key = new_fingerprint_key()
             tx.execute(
-                "UPDATE ledger_releases SET input_fingerprint = ? WHERE release_id = ?",
-                (keyed, rid),
+                "UPDATE ledger_releases SET input_fingerprint = ?, fingerprint_key = ? "
+                "WHERE release_id = ?",
+                (keyed_fingerprint(key, str(fp)), key, rid),
             )
 
 
@@ -135,7 +137,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ON ledger_release_periods (scope, period)",
         ),
     ),
-    Migration(3, "input fingerprints keyed by each release's secret", (), _key_input_fingerprints),
+    Migration(
+        3,
+        "input fingerprints keyed by a per-release key",
+        ("ALTER TABLE ledger_releases ADD COLUMN fingerprint_key {blob}",),
+        _key_input_fingerprints,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from userdp.transforms.mechanisms.rng import new_release_secret
 
 from .errors import LedgerError, ReleaseConflictError, UnknownScopeError
-from .fingerprint import keyed_fingerprint
+from .fingerprint import keyed_fingerprint, new_fingerprint_key
 from .migrations import MIGRATIONS_TABLE, Dialect, pending, statements_for
 from .model import Amount, Cost, check_name, to_text
 from .reading import ReadingMixin, Tx, load_release, load_scope
@@ -157,7 +157,12 @@ class LedgerStore(ReadingMixin, ABC):
         existing = load_release(tx, rid, self.for_update, with_secret=True)
         if existing is not None:
             record, secret = existing
-            keyed = keyed_fingerprint(secret, req.input_fingerprint)  # as stored (fingerprint.py)
+            (key,) = tx.one(
+                "SELECT fingerprint_key FROM ledger_releases WHERE release_id = ?", (rid,)
+            ) or (None,)
+            # as stored (fingerprint.py); plain if an older userdp wrote the row after migrating
+            fp = req.input_fingerprint
+            keyed = fp if key is None else keyed_fingerprint(bytes(key), fp)
             refuse_changed_rerun(record, dataclasses.replace(req, input_fingerprint=keyed))
             self._event(tx, "rerun", {"status": record.status}, scope=scope, release_id=rid)
             return Reservation(
@@ -177,17 +182,18 @@ class LedgerStore(ReadingMixin, ABC):
         refusal = first_refusal(rid, accounts, counted, req.cost, conversion)
         if refusal is not None:
             raise refusal
-        secret = new_release_secret()
-        keyed = keyed_fingerprint(secret, req.input_fingerprint)
+        secret, key = new_release_secret(), new_fingerprint_key()
+        keyed = keyed_fingerprint(key, req.input_fingerprint)
         now = self._now()
         m, d = req.cost.parts()
         tx.execute(
             "INSERT INTO ledger_releases (release_id, scope, cost_kind, cost_main, cost_delta,"
             " counted_main, counted_delta, conversion, config_hash, input_fingerprint, secret,"
-            " status, reserved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?)",
+            " fingerprint_key, status, reserved_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?)",
             (
                 rid, scope, req.cost.kind, to_text(m), to_text(d), to_text(counted.main),
-                to_text(counted.delta), conversion, req.config_hash, keyed, secret, now,
+                to_text(counted.delta), conversion, req.config_hash, keyed, secret, key, now,
             ),
         )  # fmt: skip
         for acc in accounts:

@@ -117,7 +117,7 @@ def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
 
 def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Path) -> None:
     """A version-2 ledger holds plain fingerprints (digests of the files' sizes); version 3 keys
-    each with its release's secret, and a re-run of such a release on the same files stays free."""
+    each with a new per-release key, and a re-run of such a release on the same files stays free."""
     path = tmp_path / "ledger.sqlite"
     path.touch(mode=0o600)
     plain = "sha256:" + "ab" * 32
@@ -139,7 +139,10 @@ def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Pat
                    (plain, bytes(32)))  # fmt: skip
     with SqliteLedger(path) as ledger:
         (record,) = ledger.releases()
-        assert record.input_fingerprint == keyed_fingerprint(bytes(32), plain)
+        assert record.input_fingerprint.startswith("hmac-sha256:")
+        with sqlite3.connect(path) as db:
+            (key,) = db.execute("SELECT fingerprint_key FROM ledger_releases").fetchone()
+        assert record.input_fingerprint == keyed_fingerprint(key, plain) and key != bytes(32)
         again = ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
                                config_hash="c", input_fingerprint=plain)  # fmt: skip
         assert again.rerun and ledger.status()[0].scope.spent == Amount("approx", Fraction(1, 3))

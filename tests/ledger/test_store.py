@@ -208,18 +208,20 @@ def test_a_changed_rerun_is_refused_because_it_would_publish_the_difference(
     assert spent(ledger) == eps(Fraction(1, 3)) and len(ledger.releases()) == 1
 
 
-def test_the_input_fingerprint_is_stored_and_shown_keyed_by_the_release_secret(
+def test_the_input_fingerprint_is_stored_and_shown_keyed_by_a_key_of_its_own(
     ledger: LedgerStore,
 ) -> None:
     """The plain digest hashes the input files' sizes (one person's rows move them) and could be
     inverted by trying sizes; the observables audit recovered a 22-byte row from `ledger
-    history`. Stored, listed and quoted in a refusal, it is keyed by each release's secret now:
-    the same files give unrelated values under two ids, and the re-run check still works."""
+    history`. Stored, listed and quoted in a refusal, it is keyed by a per-release key that never
+    leaves the ledger: the same files give unrelated values under two ids, and the re-run check
+    still works."""
     ledger.set_cap("logs", eps(1))
     plain = "sha256:" + "ab" * 32
     first, second = reserve(ledger, "r1", fp=plain), reserve(ledger, "r2", fp=plain)
-    assert first.input_fingerprint == keyed_fingerprint(first.secret, plain)
     assert first.input_fingerprint.startswith("hmac-sha256:")
+    # not the release secret's: with secret_path that secret is a nonce in the job graph
+    assert first.input_fingerprint != keyed_fingerprint(first.secret, plain)
     assert first.input_fingerprint != second.input_fingerprint
     listed = {r.release_id: r.input_fingerprint for r in ledger.releases()}
     assert listed == {"r1": first.input_fingerprint, "r2": second.input_fingerprint}
