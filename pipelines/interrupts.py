@@ -77,13 +77,15 @@ def interrupts_held(note: str) -> Iterator[None]:
     of it, without which the clean-up cannot take the charge back. A signal that arrives while
     held prints ``note`` (say what is being finished) on stderr; a second one is delivered at
     once, for an operator who will not wait (a ledger lock can hold the block for a minute).
+    When the block raises, a held signal is dropped: the run stops with that error, whose exit
+    code and message say more than "interrupted" would.
 
-    Main thread only (elsewhere, and where a handler was set outside Python, the block runs
-    unchanged)."""
-    previous = {s: signal.getsignal(s) for s in _HELD}
-    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+    Main thread only (elsewhere the block runs unchanged); a signal that is ignored, or whose
+    handler was set outside Python, is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {s: h for s in _HELD if (h := signal.getsignal(s)) not in (None, signal.SIG_IGN)}
     pending: list[int] = []  # the first signal held; a second one is delivered at once
 
     def restore() -> None:
@@ -97,13 +99,17 @@ def interrupts_held(note: str) -> Iterator[None]:
             signal.raise_signal(signum)
             return
         pending.append(signum)
-        sys.stderr.write(f"userdp: {note} before stopping (press Ctrl-C again to stop now)\n")
+        # a closed or busy stderr must not break the step being protected
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"userdp: {note} before stopping (a second interrupt stops now)\n")
 
-    for s in _HELD:
+    for s in previous:
         signal.signal(s, hold)
     try:
         yield
-    finally:
+    except BaseException:
         restore()
-        if pending:
-            signal.raise_signal(pending[0])
+        raise
+    restore()
+    if pending:
+        signal.raise_signal(pending[0])

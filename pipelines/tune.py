@@ -124,6 +124,15 @@ def _measure(
     return {r["name"]: r for r in rows}
 
 
+class MeasuredError(RuntimeError):
+    """Tuning failed after its noisy measurements were taken: a charge stays (the CLI says so,
+    instead of its generic "taken back"). The message is the cause's type, never its text."""
+
+    def __init__(self, what: str, *, charged: bool) -> None:
+        super().__init__(what)
+        self.charged = charged
+
+
 def _charge_and_measure(
     job: JobConfig,
     checked: Any,
@@ -165,11 +174,17 @@ def _charge_and_measure(
                 job, checked, groups=groups, keys=keys, epsilon=eps, noise=noise, workdir=workdir
             )
     except BaseException as e:
-        if reservation is not None:
+        # Interrupted, a remote runner's job may go on measuring under this secret (Beam does
+        # not cancel it): its charge stays, as a release's does (job.py).
+        interrupted = caused_by(e, KeyboardInterrupt)
+        remote = interrupted and job.runner.name != "direct"
+        if reservation is not None and not remote:
             charging.cancel(job, reservation)
-        if caused_by(e, KeyboardInterrupt):
-            charge = "released" if reservation is not None else "none"
-            raise RunInterrupted("while measuring", charge, rid) from e
+        if interrupted:
+            charge = "none" if reservation is None else "kept" if remote else "released"
+            when = "while measuring" if reservation is not None else "before measuring"
+            when += f" (the {job.runner.name} job may still be running: cancel it there)" * remote
+            raise RunInterrupted(when, charge, rid) from e
         raise
     finally:
         _remove(workdir)
@@ -225,6 +240,8 @@ def run_tune(
         charge = "kept" if reservation is not None else "none"
         rid = reservation.release_id if reservation is not None else None
         raise RunInterrupted("while writing its results", charge, rid) from e
+    except Exception as e:  # the job file's directory, the tuning directory, the ledger …
+        raise MeasuredError(type(e).__name__, charged=reservation is not None) from e
     return TuneResult(recs, untuned, directory, job_file, eps, reservation, job_file_error)
 
 

@@ -1,8 +1,10 @@
 """``userdp tune JOB.toml [--epsilon E] [--out DIR]``: the command's arguments and its output.
 
 Exit codes as ``userdp run``'s (:mod:`.cli`): 2 for the job file, inputs or locations (nothing
-charged), 3 when the ledger refuses, 1 when the measurement itself failed (its charge taken back).
-Library messages may quote data: they go to the operator-only log (:mod:`.private_log`).
+charged), 3 when the ledger refuses, 1 when the measurement itself failed (its charge taken back)
+or writing its results did (its charge stands), 130/143 when interrupted (the line says what
+became of the charge). Library messages may quote data: they go to the operator-only log
+(:mod:`.private_log`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
     from .progress import Progress  # noqa: PLC0415
     from .publish import OutputLocationError  # noqa: PLC0415
     from .sources import SchemaError  # noqa: PLC0415
-    from .tune import run_tune  # noqa: PLC0415 (Beam loads only when used)
+    from .tune import MeasuredError, run_tune  # noqa: PLC0415 (Beam loads only when used)
 
     # flags after the job file reach argparse's remainder (the Beam flags): take ours back
     epsilon, beam_args = _take_flag(list(args.beam_args), "--epsilon")
@@ -77,6 +79,11 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
         print(f"userdp tune: {_interruption(e)}", file=sys.stderr)
         return exit_code(e)
+    except MeasuredError as e:
+        log.exception(e)
+        charge = _TUNE_CHARGE["kept" if e.charged else "none"]
+        print(f"userdp tune: writing the results failed ({e}); {charge}", file=sys.stderr)
+        return 1
     except Exception as e:
         log.exception(e)
         print(
@@ -91,7 +98,7 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
 
 _TUNE_CHARGE = {
     "released": "its charge was taken back",
-    "kept": "its charge stands, since the noisy measurements exist (`userdp ledger history`)",
+    "kept": "its charge stands, since noisy measurements may exist (`userdp ledger history`)",
     "none": "nothing was charged",
 }
 

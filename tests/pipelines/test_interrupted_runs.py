@@ -234,7 +234,7 @@ def test_an_interrupt_as_the_charge_commits_still_takes_it_back(
     monkeypatch.chdir(job_dir)
     assert main(["run", "job.toml"]) == 143
     err = capsys.readouterr().err
-    assert "userdp: finishing the ledger's charge before stopping (press Ctrl-C again" in err
+    assert "userdp: finishing the ledger's charge before stopping (a second interrupt stops" in err
     assert "interrupted before the pipeline ran; nothing was published; the ledger's charge" in err
     assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
 
@@ -294,3 +294,82 @@ def test_a_held_interrupt_arrives_when_the_block_ends_and_a_second_one_at_once(
         assert issubclass(Terminated, KeyboardInterrupt)
     assert _hold_then([]) == ["block done"]
     assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_a_held_interrupt_gives_way_to_the_blocks_own_error_and_an_ignored_one_stays_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A refusal raised while Ctrl-C was held used to come out as "interrupted" (exit 130) with
+    the refusal lost; and a SIGTERM the process ignores was held and announced."""
+    from userdp.pipelines.interrupts import interrupts_held  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match="refused"), interrupts_held("finishing a step"):
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10_000))
+        raise ValueError("refused")
+    sum(range(10_000))  # the held Ctrl-C was dropped with the block's error: nothing arrives
+    capsys.readouterr()
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with interrupts_held("finishing a step"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(10_000))
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert "finishing a step" not in capsys.readouterr().err
+
+
+def _tune_job(job_dir: Path) -> Path:
+    job = JOB.replace("epsilon = 1.0", "epsilon = 1.0\ndelta = 1e-6")
+    (job_dir / "job.toml").write_text(
+        job.replace('metric = "persons"', 'metric = "persons"\nby = ["domain"]\n'
+                    "max_partitions_per_person = 1")
+    )  # fmt: skip
+    cap = ["ledger", "set-cap", "--ledger", str(job_dir / "ledger.sqlite"), "--scope", "logs"]
+    assert main([*cap, "--epsilon", "5", "--delta", "1e-5"]) == 0
+    return job_dir / "job.toml"
+
+
+def test_tune_failing_after_measuring_says_its_charge_stands(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "its charge, if any, was taken back" for any failure, also once the noisy
+    measurements existed and the charge stood."""
+    from userdp.pipelines import tune as tune_module  # noqa: PLC0415
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a private value 123")
+
+    monkeypatch.setattr(tune_module, "recommend", broken)
+    monkeypatch.chdir(job_dir)
+    assert main(["tune", str(_tune_job(job_dir)), "--epsilon", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert "userdp tune: writing the results failed (RuntimeError); its charge stands" in err
+    assert "123" not in err
+    assert "spent (ε=1/2 (≈0.5), δ=0)" in _spent(job_dir, capsys)
+
+
+def test_tune_interrupted_on_a_remote_runner_keeps_its_charge(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beam does not cancel a remote job, which may go on measuring under the secret: the charge
+    stays, as a release's does; tune took it back."""
+    import dataclasses  # noqa: PLC0415
+
+    from userdp.pipelines import tune as tune_module  # noqa: PLC0415
+    from userdp.pipelines.config import load_job  # noqa: PLC0415
+    from userdp.pipelines.interrupts import RunInterrupted  # noqa: PLC0415
+    from userdp.pipelines.tune_model import tuning_groups  # noqa: PLC0415
+
+    monkeypatch.setattr(tune_module, "_measure", interrupted)
+    job = load_job(_tune_job(job_dir))
+    checked = tune_module.check_job(job, [])
+    groups = tuning_groups(job, tune_module.DEFAULT_EPSILON, checked.schema)
+    remote = dataclasses.replace(job, runner=dataclasses.replace(job.runner, name="flink"))
+    with pytest.raises(RunInterrupted, match="the flink job may still be running") as e:
+        tune_module._charge_and_measure(
+            remote, checked, groups, tune_module.DEFAULT_EPSILON, str(job_dir / "t"),
+            release_key=None, noise=True, progress=tune_module.Progress(None),
+        )  # fmt: skip
+    assert e.value.charge == "kept"
