@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 def plain_param(x: Any) -> Any:
     """A keyword argument as a job file would hold it: NumPy scalars as Python numbers, tuples
     and arrays as lists (``bounds=(0, 1)``, ``bounds=np.array([0., 1.])``)."""
-    if isinstance(x, np.generic):
-        return x.item()
+    if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
+        return x.item()  # np.float64(1), np.array(1.0)
     if isinstance(x, (tuple, list, np.ndarray)):
         return [plain_param(v) for v in x]
     return x

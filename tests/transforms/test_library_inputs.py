@@ -162,6 +162,8 @@ def test_numpy_and_tuple_parameters_read_as_a_job_file_would() -> None:
             pairs = s | f"pairs {name}" >> beam.Map(lambda r: (r.k, r.value))
             assert_that(pairs, equal_to([("x", 1.5)]), label=name)
     assert release.manifest()["spent"]["epsilon"] == 0.5
+    # a 0-d array is a number too (it raised NumPy's "iteration over a 0-d array")
+    assert dp.Budget(epsilon=np.array(1.0)).config.epsilon == 1
 
 
 def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
