@@ -194,18 +194,20 @@ class Decompressed(io.RawIOBase):
         self._raw, self._codec = raw, codec
         self._d = _Limited(codec)
         self._pending = b""
+        self._at = 0  # what of _pending was read already (no copy of the rest per read)
         self._started = False  # the current decompressor has been fed bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while not self._pending:
+        while self._at == len(self._pending):
+            self._pending, self._at = b"", 0
             if not self._fill():
                 return 0
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        n = min(len(buffer), len(self._pending) - self._at)
+        buffer[:n] = memoryview(self._pending)[self._at : self._at + n]
+        self._at += n
         return n
 
     def _fill(self) -> bool:
