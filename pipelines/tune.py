@@ -145,7 +145,8 @@ def _charge_and_measure(
     progress: Progress,
 ) -> tuple[Reservation | None, dict[str, Any]]:
     """Charges the ledger (if any) and measures; whatever stops the measuring once charged, an
-    interrupt too, takes the charge back (:class:`RunInterrupted` says so)."""
+    interrupt too, takes the charge back (:class:`RunInterrupted` says so) — except an interrupt
+    on a remote runner, whose job Beam does not cancel: that charge stays."""
     reservation: Reservation | None = None
     rid: str | None = None
     workdir = FileSystems.join(directory, f".measuring-{secrets.token_hex(6)}")
