@@ -373,3 +373,25 @@ def test_tune_interrupted_on_a_remote_runner_keeps_its_charge(
             release_key=None, noise=True, progress=tune_module.Progress(None),
         )  # fmt: skip
     assert e.value.charge == "kept"
+
+
+def test_tune_takes_its_charge_back_when_stopped_as_the_charge_commits(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As for a release: SIGTERM after the ledger's commit, before tune holds the reservation."""
+    from userdp.pipelines import charging  # noqa: PLC0415
+
+    reserve_cost = charging.reserve_cost
+
+    def committed_then_terminated(*args: Any, **kwargs: Any) -> Any:
+        reservation = reserve_cost(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10_000))  # bytecodes enough for a handler to run
+        return reservation
+
+    monkeypatch.setattr(charging, "reserve_cost", committed_then_terminated)
+    monkeypatch.chdir(job_dir)
+    assert main(["tune", str(_tune_job(job_dir)), "--epsilon", "0.5"]) == 143
+    err = capsys.readouterr().err
+    assert "userdp tune: interrupted while measuring; its charge was taken back" in err
+    assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
