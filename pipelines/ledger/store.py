@@ -160,9 +160,17 @@ class LedgerStore(ReadingMixin, ABC):
             (key,) = tx.one(
                 "SELECT fingerprint_key FROM ledger_releases WHERE release_id = ?", (rid,)
             ) or (None,)
-            # as stored (fingerprint.py); plain if an older userdp wrote the row after migrating
-            fp = req.input_fingerprint
-            keyed = fp if key is None else keyed_fingerprint(bytes(key), fp)
+            if key is None:  # a plain digest an older userdp wrote after the migration: key it
+                key = new_fingerprint_key()
+                record = dataclasses.replace(
+                    record, input_fingerprint=keyed_fingerprint(key, record.input_fingerprint)
+                )
+                tx.execute(
+                    "UPDATE ledger_releases SET input_fingerprint = ?, fingerprint_key = ? "
+                    "WHERE release_id = ?",
+                    (record.input_fingerprint, key, rid),
+                )
+            keyed = keyed_fingerprint(bytes(key), req.input_fingerprint)  # as stored
             refuse_changed_rerun(record, dataclasses.replace(req, input_fingerprint=keyed))
             self._event(tx, "rerun", {"status": record.status}, scope=scope, release_id=rid)
             return Reservation(

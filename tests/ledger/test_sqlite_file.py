@@ -17,6 +17,7 @@ from userdp.pipelines.ledger import (
     LedgerError,
     LedgerPermissionError,
     LedgerSchemaError,
+    ReleaseConflictError,
     open_ledger,
 )
 from userdp.pipelines.ledger.fingerprint import keyed_fingerprint
@@ -146,6 +147,33 @@ def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Pat
         again = ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
                                config_hash="c", input_fingerprint=plain)  # fmt: skip
         assert again.rerun and ledger.status()[0].scope.spent == Amount("approx", Fraction(1, 3))
+
+
+def test_a_plain_fingerprint_written_after_the_migration_is_keyed_at_its_rerun(
+    tmp_path: Path,
+) -> None:
+    """An older userdp that opened the ledger before another launcher migrated it can still
+    write a plain digest (and no key): its re-run keys the row, and a refusal never quotes it."""
+    path = tmp_path / "ledger.sqlite"
+    plain, other = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
+    with SqliteLedger(path) as ledger:
+        ledger.set_cap("logs", Amount("approx", Fraction(1)))
+    with sqlite3.connect(path) as db:  # the row as the older userdp writes it
+        db.execute("INSERT INTO ledger_releases (release_id, scope, cost_kind, cost_main, "
+                   "cost_delta, counted_main, counted_delta, conversion, config_hash, "
+                   "input_fingerprint, secret, status, reserved_at) VALUES ('r', 'logs', 'pure', "
+                   "'1/3', '0/1', '1/3', '0/1', 'none: pure ε-DP is (ε, 0)-DP', 'c', ?, ?, "
+                   "'reserved', 'then')", (plain, bytes(32)))  # fmt: skip
+    cost = Cost(PureDP(Fraction(1, 3)))
+    with SqliteLedger(path) as ledger:
+        with pytest.raises(ReleaseConflictError, match="input fingerprint: recorded hmac") as e:
+            ledger.reserve("r", scope="logs", periods=[], cost=cost, config_hash="c",
+                           input_fingerprint=other)  # fmt: skip
+        assert plain not in str(e.value) and other not in str(e.value)
+        again = ledger.reserve("r", scope="logs", periods=[], cost=cost, config_hash="c",
+                               input_fingerprint=plain)  # fmt: skip
+        assert again.rerun and again.input_fingerprint.startswith("hmac-sha256:")
+        assert [r.input_fingerprint for r in ledger.releases()] == [again.input_fingerprint]
 
 
 def test_a_ledger_newer_than_the_code_is_refused(tmp_path: Path) -> None:
