@@ -215,22 +215,27 @@ def test_ctrl_c_while_the_command_line_loads_is_exit_130_without_a_traceback() -
     assert done.stderr == "userdp: interrupted while starting; nothing ran\n"
 
 
+def _terminate_after_commit(monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """``charging.<step>`` charges the ledger, then SIGTERM lands before it returns."""
+    from userdp.pipelines import charging  # noqa: PLC0415
+
+    charge = getattr(charging, step)
+
+    def committed_then_terminated(*args: Any, **kwargs: Any) -> Any:
+        reservation = charge(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10_000))  # bytecodes enough for a handler to run
+        return reservation
+
+    monkeypatch.setattr(charging, step, committed_then_terminated)
+
+
 def test_an_interrupt_as_the_charge_commits_still_takes_it_back(
     job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SIGTERM after the ledger's commit, before the launcher holds the reservation: the charge
     was left reserved for good (the clean-up had nothing to take back). It waits now."""
-    from userdp.pipelines import charging  # noqa: PLC0415
-
-    reserve = charging.reserve
-
-    def committed_then_terminated(*args: Any, **kwargs: Any) -> Any:
-        reservation = reserve(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        sum(range(10_000))  # bytecodes enough for a handler to run
-        return reservation
-
-    monkeypatch.setattr(charging, "reserve", committed_then_terminated)
+    _terminate_after_commit(monkeypatch, "reserve")
     monkeypatch.chdir(job_dir)
     assert main(["run", "job.toml"]) == 143
     err = capsys.readouterr().err
@@ -379,17 +384,7 @@ def test_tune_takes_its_charge_back_when_stopped_as_the_charge_commits(
     job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """As for a release: SIGTERM after the ledger's commit, before tune holds the reservation."""
-    from userdp.pipelines import charging  # noqa: PLC0415
-
-    reserve_cost = charging.reserve_cost
-
-    def committed_then_terminated(*args: Any, **kwargs: Any) -> Any:
-        reservation = reserve_cost(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        sum(range(10_000))  # bytecodes enough for a handler to run
-        return reservation
-
-    monkeypatch.setattr(charging, "reserve_cost", committed_then_terminated)
+    _terminate_after_commit(monkeypatch, "reserve_cost")
     monkeypatch.chdir(job_dir)
     assert main(["tune", str(_tune_job(job_dir)), "--epsilon", "0.5"]) == 143
     err = capsys.readouterr().err
