@@ -45,19 +45,25 @@ class Migration:
     rewrite: Callable[[Any], None] | None = None
 
 
+def key_stored_fingerprint(tx: Any, release_id: str, plain: str) -> tuple[str, bytes]:
+    """Stores a release's plain input fingerprint in its keyed form under a new random
+    ``fingerprint_key`` (:func:`.fingerprint.keyed_fingerprint`); returns (keyed, key)."""
+    key = new_fingerprint_key()
+    keyed = keyed_fingerprint(key, plain)
+    tx.execute(
+        "UPDATE ledger_releases SET input_fingerprint = ?, fingerprint_key = ? "
+        "WHERE release_id = ?",
+        (keyed, key, release_id),
+    )
+    return keyed, key
+
+
 def _key_input_fingerprints(tx: Any) -> None:
-    """Version 3: each release's plain input fingerprint becomes its keyed form under a new
-    random ``fingerprint_key`` (:func:`.fingerprint.keyed_fingerprint`), so the ledger holds no
-    digest of the files' sizes that anyone without that key can invert."""
-    rows = tx.all("SELECT release_id, input_fingerprint FROM ledger_releases")
-    for rid, fp in rows:
+    """Version 3: every plain input fingerprint is keyed (:func:`key_stored_fingerprint`), so
+    the ledger holds no digest of the files' sizes that anyone without its key can invert."""
+    for rid, fp in tx.all("SELECT release_id, input_fingerprint FROM ledger_releases"):
         if not str(fp).startswith(KEYED_PREFIX):
-            key = new_fingerprint_key()
-            tx.execute(
-                "UPDATE ledger_releases SET input_fingerprint = ?, fingerprint_key = ? "
-                "WHERE release_id = ?",
-                (keyed_fingerprint(key, str(fp)), key, rid),
-            )
+            key_stored_fingerprint(tx, rid, str(fp))
 
 
 MIGRATIONS: tuple[Migration, ...] = (

@@ -45,7 +45,7 @@ class Reservation:
 
         Not the input fingerprint: it digests the input files' sizes, which depend on the rows
         of every person — a published value computed from the data without noise (issue 12,
-        item 7). It stays in the ledger, keyed by the release's secret
+        item 7). It stays in the ledger, keyed by the release's own fingerprint key
         (:func:`.fingerprint.keyed_fingerprint`); ``release_id`` links the two."""
         return {
             "release_id": self.release_id,

@@ -35,7 +35,7 @@ from userdp.transforms.mechanisms.rng import new_release_secret
 
 from .errors import LedgerError, ReleaseConflictError, UnknownScopeError
 from .fingerprint import keyed_fingerprint, new_fingerprint_key
-from .migrations import MIGRATIONS_TABLE, Dialect, pending, statements_for
+from .migrations import MIGRATIONS_TABLE, Dialect, key_stored_fingerprint, pending, statements_for
 from .model import Amount, Cost, check_name, to_text
 from .reading import ReadingMixin, Tx, load_release, load_scope
 from .records import AccountStatus, Quote, ReleaseRecord, Reservation
@@ -161,15 +161,8 @@ class LedgerStore(ReadingMixin, ABC):
                 "SELECT fingerprint_key FROM ledger_releases WHERE release_id = ?", (rid,)
             ) or (None,)
             if key is None:  # a plain digest an older userdp wrote after the migration: key it
-                key = new_fingerprint_key()
-                record = dataclasses.replace(
-                    record, input_fingerprint=keyed_fingerprint(key, record.input_fingerprint)
-                )
-                tx.execute(
-                    "UPDATE ledger_releases SET input_fingerprint = ?, fingerprint_key = ? "
-                    "WHERE release_id = ?",
-                    (record.input_fingerprint, key, rid),
-                )
+                stored, key = key_stored_fingerprint(tx, rid, record.input_fingerprint)
+                record = dataclasses.replace(record, input_fingerprint=stored)
             keyed = keyed_fingerprint(bytes(key), req.input_fingerprint)  # as stored
             refuse_changed_rerun(record, dataclasses.replace(req, input_fingerprint=keyed))
             self._event(tx, "rerun", {"status": record.status}, scope=scope, release_id=rid)
