@@ -21,6 +21,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from userdp.transforms.columns import is_reserved_column
+
 from .compression import CODECS, STREAM_FORMATS, format_suffix
 from .config_fields import (
     MISSING,
@@ -44,7 +46,7 @@ from .config_model import (
     RunnerConfig,
 )
 from .config_paths import check_private_paths
-from .kinds import METRIC_KINDS, REFUSED_METRICS, kind_for
+from .kinds import METRIC_KINDS, REFUSED_METRICS, kind_for, kind_of
 from .kinds.base import QuerySection
 from .output_layout import MAX_OUTPUT_SHARDS
 
@@ -97,6 +99,10 @@ _BOTH_BUDGETS = (
 _NO_BUDGET = (
     "a positive number (or budget.rho for zCDP)",
     "the total privacy budget, e.g. epsilon = 1.0 and delta = 1e-6",
+)
+_RESERVED_COLUMN = (
+    "a column name not of the form __name__",
+    "userdp's own columns have that form (__person__ holds the person id): rename the column",
 )
 _BAD_NAME = (
     "1-100 of A-Z a-z 0-9 _ . - (not starting with . or -), not 'manifest'",
@@ -167,6 +173,7 @@ def parse_job(
     person_type = v.choice(inp, "input.person_type", PERSON_TYPES, default=None)
     person = v.string(inp, "input.person")
     columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
+    _refuse_reserved_columns(v, person, columns, queries)
     dead = v.string(inp, "input.dead_letter", required=False)
     compression = v.choice(inp, "input.compression", CODECS, default=None)
     fmt = "jsonl" if fmt == "json" else fmt
@@ -244,6 +251,24 @@ def _parse_columns(
     if declared is not None and person_type is not None and declared != person_type:
         v.fail("input.person_type", person_type, f"the type columns.{person} gives", "")
     return MappingProxyType(dict(raw))
+
+
+def _refuse_reserved_columns(
+    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
+) -> None:
+    """No column the job reads or declares may have the form of userdp's own columns
+    (``transforms.validate.is_reserved_column``: a key named ``__person__`` would replace the
+    person id)."""
+    if is_reserved_column(person):
+        v.fail("input.person", person, *_RESERVED_COLUMN)
+    for name in columns:
+        if is_reserved_column(name):
+            v.fail(f"input.columns.{name}", name, *_RESERVED_COLUMN)
+    for i, q in enumerate(queries):
+        for column, role in kind_of(q).required_columns(q).items():
+            if is_reserved_column(column):
+                field = "by" if role == "key" else "value"
+                v.fail(f"queries[{i}].{field}", column, *_RESERVED_COLUMN)
 
 
 def _parse_release(v: Validator, raw: Mapping[str, Any]) -> ReleaseConfig:
@@ -355,6 +380,11 @@ def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
     return BudgetConfig(epsilon=eps, delta=delta if delta else None, rho=rho)
 
 
+def is_query_name(name: str) -> bool:
+    """Can ``name`` name a query (it is the output's file name)?"""
+    return bool(_NAME.fullmatch(name)) and name.lower() not in _RESERVED_NAMES
+
+
 def _parse_query(
     v: Validator, q: Any, i: int, budget: BudgetConfig, prefix: str | None = None
 ) -> QueryConfig:
@@ -362,7 +392,7 @@ def _parse_query(
     if not isinstance(q, Mapping):
         v.fail(k, q, "a [[queries]] table", "")
     name = v.string(q, f"{k}.name")
-    if not _NAME.fullmatch(name) or name.lower() in _RESERVED_NAMES:
+    if not is_query_name(name):
         v.fail(f"{k}.name", name, *_BAD_NAME)
     metric = q.get("metric", MISSING)
     if metric not in tuple(METRIC_KINDS):  # the list shown leaves out metrics kept to refuse

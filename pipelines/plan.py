@@ -152,7 +152,7 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
     if shared is not None:
         ctx = dataclasses.replace(ctx, shared_selection=shared)
     try:
-        return kind_of(q).plan(q, ctx)
+        plan = kind_of(q).plan(q, ctx)
     except ConfigError:
         raise
     except OverflowError as e:  # a public number past the float range (bounds near ±1e308)
@@ -169,6 +169,14 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
         raise ConfigError(
             ctx.key, str(ctx.share), "parameters the mechanism accepts", why, ctx.source
         ) from e
+    released = [c for c, _ in plan.output_columns]
+    if clash := [c for c in q.by if c in released]:
+        raise ConfigError(
+            f"{ctx.key}.by", list(q.by), f"partition columns not named {' or '.join(released)}",
+            f"{clash[0]!r} is also a column this query releases; rename the input column",
+            ctx.source,
+        )  # fmt: skip
+    return plan
 
 
 def spends_delta(q: QueryConfig, rho_total: bool) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from userdp.transforms.validate import RAW_LINE_COLUMN, REJECT_COLUMN
+from userdp.transforms.columns import RAW_LINE_COLUMN, REJECT_COLUMN
 
 from .input_files import InputSchema, arrow_family
 from .text_records import ESCAPE, unescape_utf8

@@ -26,7 +26,6 @@ from apache_beam.coders import typecoders
 from apache_beam.pvalue import PCollection
 
 from .bounding import (
-    PERSON_COLUMN,
     ZERO_STATS,
     PartitionKey,
     PartitionStats,
@@ -34,10 +33,10 @@ from .bounding import (
     check_bounding_key,
     rows_of_listed_keys,
 )
+from .columns import PERSON_COLUMN, PERSON_HASH_COLUMN
 from .params import BoundingParams
 from .person_hashing import (
     I64,
-    PERSON_HASH_COLUMN,
     PERSON_HASH_KEY,
     U64,
     person_hash_fingerprint,

@@ -53,6 +53,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import PERSON_COLUMN
 from .params import BoundingParams
 from .person_hashing import (
     I64,
@@ -66,7 +67,6 @@ from .person_hashing import (
     splitmix64,
 )
 
-PERSON_COLUMN = "__person__"
 BOUNDING_KEY_BYTES = 32
 
 PartitionKey = tuple[Any, ...]

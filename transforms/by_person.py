@@ -28,6 +28,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from .aggregate import ShardByPerson
+from .columns import is_reserved_column
 from .validate import ValidateRows
 
 if TYPE_CHECKING:
@@ -227,3 +228,9 @@ def _check_declaration(
     twice = sorted({c for c in roles if roles.count(c) > 1})
     if twice:
         raise ValueError(f"ByPerson: columns {twice} are declared in two roles")
+    reserved = [c for c in roles if is_reserved_column(c)]
+    if reserved:
+        raise ValueError(
+            f"ByPerson: column name(s) {reserved} have the form __name__, which userdp's own "
+            "columns have (__person__ holds the person id): rename them before ByPerson"
+        )

@@ -46,13 +46,13 @@ from apache_beam.transforms.combiners import Count
 
 from .bounding import rows_of_listed_keys
 from .by_person import people_of
+from .columns import PERSON_COLUMN
 from .keys import NoiseKey
 from .mechanisms.accounting import PureDP
 from .mechanisms.additive import laplace_mechanism
 from .mechanisms.contribution_histogram import ContributionHistograms, Grid
 from .mechanisms.value_histogram import ValueHistogram
 from .noisy_combine import canonical_key_string
-from .validate import PERSON_COLUMN
 
 PairCounts = dict[tuple[int, int], int]
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
-from .bounding import PERSON_COLUMN
+from .columns import PERSON_COLUMN
 from .keys import KeySource, NoiseKey
 from .mechanisms.exponential_quantile import ExponentialQuantile
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean

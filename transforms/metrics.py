@@ -44,7 +44,7 @@ def query_columns(q: QueryConfig) -> dict[str, str]:
     return kind_of(q).required_columns(q)
 
 
-def _check_columns(q: QueryConfig, people: People, label: str) -> None:
+def check_columns(q: QueryConfig, people: People, label: str) -> None:
     keys, numbers = dict(people.schema.keys), set(people.schema.numbers)
     for column, role in query_columns(q).items():
         declared = "keys" if column in keys else "values" if column in numbers else None
@@ -88,7 +88,7 @@ class PlannedQuery(beam.PTransform[Any, Any]):
 
         people = people_of(rows, self._what)
         release, q, plan = people.release, self._query, self._plan
-        _check_columns(q, people, self._what)
+        check_columns(q, people, self._what)
         release._bind(rows.pipeline)
         selection_delta = getattr(plan, "selection_delta", Fraction(0))
         release._register(q.name, plan, selection_delta)
@@ -142,11 +142,20 @@ class _Metric(beam.PTransform[Any, Any]):
         return {**self.__dict__, "_release": None}
 
     def _label_name(self) -> str:
+        from userdp.pipelines.config import is_query_name  # noqa: PLC0415
+
         name = self._name or self._user_label
+        what = type(self).__name__
         if not name:
             raise ValueError(
-                f"{type(self).__name__} needs a name: 'visits' >> {type(self).__name__}(...) "
+                f"{what} needs a name: 'visits' >> {what}(...) "
                 "or name='visits' (it names the output and the query's noise streams)"
+            )
+        if self._name is None and not is_query_name(str(name)):
+            raise ValueError(
+                f"{what}: the label {name!r} is the output's name by default, and a name is "
+                "1-100 of A-Z a-z 0-9 _ . - (not 'manifest'); keep the label and pass "
+                f"name='visits', say: {name!r} >> {what}(name='visits', ...)"
             )
         return str(name)
 
@@ -204,6 +213,12 @@ def explicit_share_of(q: QueryConfig, release: Release, label: str) -> tuple[Any
         )
     zcdp = release.budget.config.rho is not None
     spends = zcdp and spends_delta(q, rho_total=True)
+    if spends and not q.delta:
+        raise ReleaseError(
+            f"{label} spends δ under the release's ρ budget (private partition selection, or "
+            "an (ε, δ) mechanism) but states none: pass delta=... as its share of the Budget's "
+            "delta" + (", or public_partitions=[...]" if q.partitions == "private" else "")
+        )
     return share, Fraction(q.delta or 0) if spends else Fraction(0)
 
 

@@ -148,6 +148,9 @@ class _ReleasePartition:
         rows = max(1.0, self._release(stats.rows, label, "count", count=True))
         mid = b.lower / 2 + b.upper / 2  # as bounding.py: (lower + upper)/2 can overflow
         mean = min(b.upper, max(b.lower, mid + centred / rows))
+        if not self._noise:  # test hook: the bounded mean as one correctly rounded ratio
+            exact = Fraction(mid) + Fraction(stats.centred_sum_q) * unit / max(1, stats.rows)
+            mean = min(b.upper, max(b.lower, float(exact)))
         # Delta method on the noisy values (post-processing): Var ≈ σ_s²/n² + (s/n²)²·σ_n².
         # s/n/n, not s/n²: n² overflows once the noisy count passes 1.3e154 (tiny budgets).
         std = math.hypot(p.noise.std / rows, centred / rows / rows * p.count_noise.std)

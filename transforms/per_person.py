@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from apache_beam.pvalue import PCollection
 
 from .aggregate import ShardByPerson
-from .bounding import PERSON_COLUMN
+from .columns import PERSON_COLUMN
 
 Reduction = Literal["count", "sum", "mean", "max", "min", "distinct"]
 REDUCTIONS: tuple[str, ...] = get_args(Reduction)

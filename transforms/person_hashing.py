@@ -19,10 +19,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import PERSON_HASH_COLUMN
+
 # --- hashing ----------------------------------------------------------------------------------
 
 
-PERSON_HASH_COLUMN = "__person_hash__"  # per row: its person's ranking hash (see the docstring)
 PERSON_HASH_KEY = b"userdp.person_hash_key"  # schema metadata: fingerprint of the hash's key
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]

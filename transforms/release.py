@@ -18,6 +18,7 @@ Workers get only per-query derived keys (:mod:`.keys`), never the release secret
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from userdp.pipelines.kinds.shared_selection import SelectionPlan
 
     from .by_person import ByPerson
+
+
+_PIPELINE_RELEASE = "_userdp_release"  # set on a pipeline: a weak reference to its Release
 
 
 class ReleaseError(ValueError):
@@ -119,7 +123,8 @@ class Release:
     without it, a fresh secret is drawn and per-query keys are pickled into the graph.
 
     Use one release per pipeline and per publication: every transform applied to
-    ``release.ByPerson(...)``'s output spends part of ``budget`` when it is applied.
+    ``release.ByPerson(...)``'s output spends part of ``budget`` when it is applied, and a
+    second Release in the same pipeline is refused when it is first applied.
     """
 
     def __init__(self, budget: Budget, *, secret_path: str | None = None) -> None:
@@ -173,8 +178,8 @@ class Release:
             raise ReleaseError(
                 f"this release protects persons identified by {self._state.person[0]!r} "
                 f"(person_type {self._state.person[1]!r}), not {person!r} ({person_type!r}): "
-                "one release has one privacy unit; use a Release per unit, each with its "
-                "own budget"
+                "one release has one privacy unit; use a Release per unit, each in its own "
+                "pipeline with its own budget"
             )
         made = ByPerson(self, person, keys=keys or {}, values=values,
                         person_type=person_type, num_shards=num_shards)  # fmt: skip
@@ -185,6 +190,15 @@ class Release:
 
     def _bind(self, pipeline: beam.Pipeline) -> None:
         if self._state.pipeline is None:
+            bound = getattr(pipeline, _PIPELINE_RELEASE, None)
+            if bound is not None and bound() is not None and bound() is not self:
+                raise ReleaseError(
+                    "this pipeline already has a Release: use one Release per pipeline, and "
+                    "give each transform its share of that one budget (two releases in one "
+                    "pipeline would each state only their own budget, while the same persons "
+                    "pay for both)"
+                )
+            setattr(pipeline, _PIPELINE_RELEASE, weakref.ref(self))  # no secret on the pipeline
             self._state.pipeline = pipeline
         elif self._state.pipeline is not pipeline:
             raise ReleaseError(
@@ -205,9 +219,16 @@ class Release:
     def _register(self, name: str, plan: KindPlan, selection_delta: Fraction) -> None:
         """Books ``plan.share``; raises before anything is built if the shares exceed the total."""
         self._check_name(name)
+        self._check_shares({name: (plan.share, selection_delta)})
+        self._state.queries[name] = _Registered(plan, selection_delta)
+
+    def _check_shares(self, new: Mapping[str, tuple[Guarantee, Fraction]]) -> None:
+        """Raises if the booked shares and ``new`` (name → (share, selection δ under a ρ total))
+        together exceed the total. Books nothing: ``Aggregate`` checks all its members before
+        applying any, so a refused member leaves none of them booked."""
         total = self.budget.guarantee()
         shares = {n: r.plan.share for n, r in self._state.queries.items()}
-        shares[name] = plan.share
+        shares.update({n: share for n, (share, _) in new.items()})
         listed = ", ".join(f"{n}: {s}" for n, s in shares.items())
         try:
             split_budget(total, shares)
@@ -216,23 +237,26 @@ class Release:
                 f"the release's budget {total} is exhausted by the shares {{{listed}}}: {e}"
             ) from None
         if isinstance(total, ZCDP):
-            deltas = sum((r.selection_delta for r in self._state.queries.values()), selection_delta)
+            booked = [r.selection_delta for r in self._state.queries.values()]
+            deltas = sum((*booked, *(d for _, d in new.values())), Fraction(0))
             if deltas > (self.budget.config.delta or 0):
                 raise ReleaseError(
                     f"the release's selection delta {float(self.budget.config.delta or 0)} is "
                     f"exhausted by the transforms' delta shares ({float(deltas)} in all)"
                 )
-        self._state.queries[name] = _Registered(plan, selection_delta)
 
     def _register_selection(self, plan: SelectionPlan) -> None:
         """A shared selection, listed for the manifest; its share is paid from its members'
         (already booked). One per name: the name labels its noise stream."""
-        if plan.name in self._state.selections:
+        self._check_selection_name(plan.name)
+        self._state.selections[plan.name] = plan
+
+    def _check_selection_name(self, name: str) -> None:
+        if name in self._state.selections:
             raise ReleaseError(
-                f"{plan.name} is already selected in this release: one Aggregate per `by` and L "
+                f"{name} is already selected in this release: one Aggregate per `by` and L "
                 "(put all its metrics in one Aggregate)"
             )
-        self._state.selections[plan.name] = plan
 
     def _query_keys(self) -> ReleaseKeys:
         return self._keys

@@ -42,7 +42,8 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms import combiners
 
 from .aggregate import split_by_shard
-from .bounding import PERSON_COLUMN, check_bounding_key
+from .bounding import check_bounding_key
+from .columns import PERSON_COLUMN
 from .keys import KeySource, NoiseKey
 from .mechanisms.additive import LaplaceMechanism
 from .mechanisms.chunk_functions import (

@@ -19,6 +19,7 @@ composed with the members' statistics by basic composition (pipelines/kinds/shar
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
@@ -119,6 +120,12 @@ class Aggregate(beam.PTransform[Any, Any]):
             raise ValueError("Aggregate needs `by`: the partition columns its metrics share")
         if len(metrics) < 1:
             raise ValueError("Aggregate needs metrics: {'visits': Count(...), ...}")
+        lowered = [str(n).lower() for n in metrics]
+        if twice := sorted({n for n in metrics if lowered.count(str(n).lower()) > 1}):
+            raise ValueError(
+                f"Aggregate: metric names {twice} differ only in case; names are output file "
+                "names, compared ignoring case"
+            )
         for name, m in metrics.items():
             if not isinstance(m, _Metric) or m.metric not in ("count", "persons", "sum", "mean"):
                 raise TypeError(
@@ -139,7 +146,12 @@ class Aggregate(beam.PTransform[Any, Any]):
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
         from userdp.pipelines.kinds.shared_selection import group_selections  # noqa: PLC0415
 
-        from .metrics import PlannedQuery, explicit_share_of, plan_member  # noqa: PLC0415
+        from .metrics import (  # noqa: PLC0415
+            PlannedQuery,
+            check_columns,
+            explicit_share_of,
+            plan_member,
+        )
 
         people = people_of(rows, "Aggregate")
         release = people.release
@@ -155,15 +167,27 @@ class Aggregate(beam.PTransform[Any, Any]):
             queries.append(q)
             labels[name] = label
         groups = group_selections(queries, shares, release.budget.guarantee(), deltas)
+        # Every member planned and checked before any is applied: all of them are booked, or
+        # none (a refused third member must not leave the first two and the selection booked).
+        plans = {
+            q.name: plan_member(
+                q, people, labels[q.name], shares[q.name], deltas[q.name], shared=groups.get(q.name)
+            )
+            for q in queries
+        }
+        for q in queries:
+            check_columns(q, people, labels[q.name])
+        for selection in {s.name for s in groups.values()}:
+            release._check_selection_name(selection)
+        release._check_shares(
+            {n: (p.share, getattr(p, "selection_delta", Fraction(0))) for n, p in plans.items()}
+        )
         kept: dict[str, PCollection[Any]] = {}
         outs: dict[str, PCollection[Any]] = {}
         for q in queries:
             shared = groups.get(q.name)
             if shared is not None and shared.name not in kept:
                 kept[shared.name] = rows | shared.name >> PlannedSelection(shared)
-            plan = plan_member(
-                q, people, labels[q.name], shares[q.name], deltas[q.name], shared=shared
-            )
             selected = kept[shared.name] if shared is not None else None
-            outs[q.name] = rows | q.name >> PlannedQuery(q, plan, labels[q.name], selected)
+            outs[q.name] = rows | q.name >> PlannedQuery(q, plans[q.name], labels[q.name], selected)
         return outs

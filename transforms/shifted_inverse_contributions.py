@@ -19,7 +19,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .bounding import PERSON_COLUMN, rows_of_listed_keys
+from .bounding import rows_of_listed_keys
+from .columns import PERSON_COLUMN
 
 I64 = npt.NDArray[np.int64]
 Key = tuple[Any, ...]

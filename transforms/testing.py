@@ -29,9 +29,10 @@ validation, dead letters, the budget's booking and its misuse errors — is what
 does.
 
 Why this cannot publish raw values by accident: the release refuses to be used by a pipeline on
-any runner but Beam's in-process ones (Direct, FnApi), so a Dataflow or Flink job built with
-it fails when its first transform is applied; and its manifest says ``"noise": "off …"`` where a
-real release says nothing. Privacy on Beam keeps the same kind of helper apart, in
+any runner but Beam's local ones (Direct, FnApi), or with a ``--job_endpoint`` (the DirectRunner
+hands pipelines to Prism, which would submit to that server), so a Dataflow or Flink job built
+with it fails when its first transform is applied; and its manifest says ``"noise": "off …"``
+where a real release says nothing. Privacy on Beam keeps the same kind of helper apart, in
 ``pbeamtest`` (no noise, every partition kept, contribution bounding still applied).
 """
 
@@ -62,10 +63,28 @@ class _ExactRelease(Release):
                 f"exact_release has no noise and is for tests on a local runner, not {runner}: "
                 "use userdp.transforms.Release for a real release"
             )
+        if _job_endpoint(pipeline):
+            # Beam's DirectRunner hands a pipeline to Prism, which submits it to the job server
+            # --job_endpoint names: exact values would be computed on another machine.
+            raise ReleaseError(
+                "exact_release has no noise and is for tests on a local runner, but the "
+                "pipeline's options name a job server (--job_endpoint), which the DirectRunner "
+                "would submit it to: drop the option in tests"
+            )
         super()._bind(pipeline)
 
     def manifest(self) -> dict[str, Any]:
         return {"noise": NOISE_OFF, **super().manifest()}
+
+
+def _job_endpoint(pipeline: Any) -> str | None:
+    from apache_beam.options.pipeline_options import PortableOptions  # noqa: PLC0415
+
+    options = getattr(pipeline, "options", None) or getattr(pipeline, "_options", None)
+    if options is None:
+        return None
+    endpoint: str | None = options.view_as(PortableOptions).job_endpoint
+    return endpoint
 
 
 def exact_release(budget: Budget, *, seed: bytes = b"userdp.testing") -> Release:

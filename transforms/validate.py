@@ -40,12 +40,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-PERSON_COLUMN = "__person__"
+from .columns import PERSON_COLUMN, RAW_LINE_COLUMN, REJECT_COLUMN, is_reserved_column
+
 CLEAN = "clean"
 DEAD_LETTER = "dead_letter"
 FILE_METADATA_KEY = b"userdp.file"
-REJECT_COLUMN = "__reject__"
-RAW_LINE_COLUMN = "__raw_line__"  # a malformed text line, for its dead letter only
+
 
 INT_TEXT = r"^[+-]?[0-9]{1,19}$"
 FLOAT_TEXT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)$"
@@ -239,6 +239,9 @@ class ValidateRows(beam.PTransform[Any, Any]):
         overlap = {person, *keys} & set(numbers) or ({person} & set(keys))
         if overlap:
             raise ValueError(f"columns {sorted(overlap)} are used in two roles")
+        reserved = [c for c in (person, *keys, *numbers) if is_reserved_column(c)]
+        if reserved:  # ByPerson and the job file refuse them first, with their own words
+            raise ValueError(f"columns {reserved} have the form of userdp's own (__name__)")
         self._fn = _Validate(person, person_type, keys, numbers)
 
     def expand(self, tables: Any) -> Any:

@@ -33,8 +33,9 @@ AUTO_BOUND = "auto_bound"  # options["kind"] of a count/sum with bound = "auto"
 _L_WITHOUT_BY = ("1 for a query without `by`", "without `by` there is one partition")
 _PRIVATE_NEEDS_DELTA = (
     "a delta > 0 for private partition selection",
-    "give delta in [budget] (and in this query's share if it states epsilon), or "
-    "partitions = a file of public keys",
+    "give the total a delta (job file: [budget] delta; library: Budget(..., delta=...)) and "
+    "this query's share one if it states epsilon, or use public partitions (job file: "
+    "partitions = a file of public keys; library: public_partitions=[...])",
 )
 _GAUSSIAN_NEEDS_DELTA = (
     "laplace, or a delta > 0 for gaussian noise",

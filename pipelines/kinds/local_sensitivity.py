@@ -92,8 +92,8 @@ def _needs_delta(s: QuerySection, metric: str) -> tuple[str, object, str, str]:
         s.key("metric"),
         metric,
         f"a delta > 0: {metric} is (ε, δ)-DP",
-        "give delta in [budget] (and in this query's share if it states epsilon); under rho, "
-        "budget.delta",
+        "give the total a delta (job file: [budget] delta; library: Budget(..., delta=...)) "
+        "and this query's share one if it states epsilon (under rho, the total's delta)",
     )
 
 

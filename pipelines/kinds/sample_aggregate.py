@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     PureDP,
@@ -163,6 +163,9 @@ class SampleAggregateKind:
             )
         s.allow_keys(_ALLOWED)
         function = s.get("function")  # a callable only from the library (SampleAggregate)
+        if not (callable(function) or isinstance(function, str)):
+            allowed = "an import path 'module:function' (or, in the library, a callable)"
+            s.fail("function", function, allowed, "")
         if not callable(function):
             function = s.string("function")
         try:

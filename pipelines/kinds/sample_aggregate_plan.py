@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.accounting import (
     ZCDP,
     ApproxDP,

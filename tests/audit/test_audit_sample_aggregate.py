@@ -52,7 +52,7 @@ import pytest
 from scipy import stats
 
 from tests.audit.harness import AUDIT_SECRET, assert_caught, assert_private
-from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.chunk_functions import Answer
 from userdp.transforms.mechanisms.rng import KeyedRng, ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams

@@ -121,6 +121,8 @@ def test_constructor_validates() -> None:
         ValidateRows("p", "int", {"k": pa.float64()})
     with pytest.raises(ValueError, match=r"columns \['p'\] are used in two roles"):
         ValidateRows("p", "int", {}, ["p"])
+    with pytest.raises(ValueError, match=r"columns \['__person__'\] have the form of userdp's"):
+        ValidateRows("p", "int", {"__person__": pa.string()})
 
 
 def _corpus(rng: random.Random, n: int) -> tuple[list[str], list[dict[str, Any]], Counter[str]]:

@@ -15,9 +15,9 @@ from apache_beam.transforms import combiners
 from userdp.pipelines.config import QueryConfig
 from userdp.pipelines.config_fields import parse_shares
 from userdp.pipelines.kinds.base import BuildContext, KindPlan, PlanContext, QuerySection
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.accounting import Budget, PureDP
 from userdp.transforms.mechanisms.additive import LaplaceMechanism
-from userdp.transforms.validate import PERSON_COLUMN
 
 
 @dataclass(frozen=True)

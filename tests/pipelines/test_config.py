@@ -144,6 +144,17 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (query(1, metric=["count"]), r"queries\[1\]\.metric = \['count'\]: expected one of"),
         (query(0, name="a/b"), r"queries\[0\]\.name = 'a/b'"),
         (query(0, name="manifest"), r"queries\[0\]\.name = 'manifest'"),
+        # userdp's own column names: a key named __person__ would replace the person id
+        (
+            job(input={"path": "l/*.csv", "person": "__person__"}),
+            r"input\.person = '__person__': expected a column name not of the form __name__",
+        ),
+        (
+            job(input={"path": "l/*.csv", "person": "p", "columns": {"__x__": "string"}}),
+            r"input\.columns\.__x__ = '__x__': expected a column name not of the form",
+        ),
+        (query(0, by=["__person__"]), r"queries\[0\]\.by = '__person__': expected a column"),
+        (query(1, value="__reject__"), r"queries\[1\]\.value = '__reject__': expected a colu"),
         (query(0, colour="red"), r"queries\[0\]\.colour.*unknown key"),
         (query(0, max_rows_per_partition=0), r"queries\[0\]\.max_rows_per_partition = 0: .*≥ 1"),
         (query(0, max_partitions_per_person=0), r"queries\[0\]\.max_partitions_per_person = 0"),
@@ -172,7 +183,7 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (query(0, delta=1e-7), r"queries\[0\]\.epsilon = \(missing\).*next to the delta"),
         (query(0, epsilon=0.5), r"queries\[0\]\.partitions = 'private': expected a delta > 0"),
         (job(budget={"epsilon": 1.0}), r"queries\[0\]\.partitions = 'private'.*public keys"),
-        (job(budget={"rho": 0.5}), r"queries\[0\]\.partitions = 'private'.*give delta"),
+        (job(budget={"rho": 0.5}), r"queries\[0\]\.partitions = 'private'.*give the total a delta"),
         (
             job(
                 budget={"epsilon": 1.0},

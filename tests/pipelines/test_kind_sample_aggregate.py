@@ -31,7 +31,7 @@ from userdp.pipelines.job import required_columns, run_release
 from userdp.pipelines.kinds.sample_aggregate import SampleAggregatePlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
-from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, float_down
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.chunk_functions import Answer, default_chunks
@@ -127,7 +127,7 @@ def plan_of(tmp_path: Path, *queries: dict[str, Any], **budget: Any) -> list[Sam
     [
         ({"function": "nocolon"}, r"queries\[0\]\.function = 'nocolon': expected an import path"),
         ({"function": "a b:c"}, r"queries\[0\]\.function = 'a b:c': expected an import path"),
-        ({"function": 3}, r"queries\[0\]\.function = 3: expected a non-empty string"),
+        ({"function": 3}, r"queries\[0\]\.function = 3: expected an import path .module:function."),
         ({"range": [1.0, 0.0]}, r"queries\[0\]\.range = \[1\.0, 0\.0\]: expected \[lower, upper"),
         ({"range": [[0.0, 1.0], [2.0]]}, r"queries\[0\]\.range = \[\[0\.0, 1\.0\], \[2\.0\]\]"),
         ({"range": [0.0, math.inf]}, r"queries\[0\]\.range = \[0\.0, inf\]: expected"),

@@ -205,6 +205,20 @@ def test_overspent_shares_name_the_queries() -> None:
         plan_release(parse_job({**raw, "budget": {"rho": 0.5, "delta": 1e-6}}))
 
 
+@pytest.mark.parametrize(("i", "column"), [(0, "value"), (1, "stddev")])
+def test_a_by_column_named_like_a_released_column_is_refused_when_planned(
+    i: int, column: str
+) -> None:
+    """The key and the released column shared a name: the run failed writing its output, after
+    the ledger's charge (a library review)."""
+    with pytest.raises(
+        ConfigError,
+        match=rf"queries\[{i}\]\.by = \['{column}'\]: expected partition columns not named value "
+        rf"or stddev\. '{column}' is also a column this query releases",
+    ):
+        plan_release(parse_job(query(i, by=[column])))
+
+
 def test_no_by_is_one_partition_without_selection() -> None:
     raw = query(1, by=None, max_partitions_per_person=None)
     q = plan_release(parse_job(raw)).queries[1]

@@ -15,7 +15,8 @@ from userdp.transforms.aggregate import (
     ShardByPerson,
     split_by_shard,
 )
-from userdp.transforms.bounding import PERSON_COLUMN, PartitionStats, bound_and_aggregate
+from userdp.transforms.bounding import PartitionStats, bound_and_aggregate
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.params import BoundingParams
 
 KEY = bytes(range(32))

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 
 from userdp.transforms.bounding import (
-    PERSON_COLUMN,
     ZERO_STATS,
     PartitionStats,
     bound_and_aggregate,
 )
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.params import BoundingParams
 from userdp.transforms.person_hashing import person_shards
 

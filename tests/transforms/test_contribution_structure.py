@@ -18,6 +18,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 import userdp.transforms as dp
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.contribution_structure import (
     ContributionStructure,
     StructurePlan,
@@ -29,7 +30,6 @@ from userdp.transforms.mechanisms.contribution_histogram import ContributionHist
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.value_histogram import ValueHistogram
 from userdp.transforms.noisy_combine import canonical_key_string
-from userdp.transforms.validate import PERSON_COLUMN
 
 KEY = ReleaseKey(bytes(range(32)))
 HIST = ContributionHistograms(epsilon=Fraction(1, 2), max_exponent=6)

@@ -128,16 +128,13 @@ def test_a_metric_on_rows_that_did_not_go_through_by_person() -> None:
 
 def test_a_transform_applied_to_two_releases() -> None:
     visits = count()
+    with beam.Pipeline() as p:
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | "a" >> visits
     with (
         pytest.raises(dp.ReleaseError, match="already applied to another release"),
-        beam.Pipeline() as p,
+        beam.Pipeline() as p2,
     ):
-        rows = p | beam.Create(ROWS)
-        _ = by_person(rows, exact_release()) | "a" >> visits
-        other = rows | "Other" >> exact_release().ByPerson(
-            "person", keys={"domain": "string"}, values=["duration_s"]
-        )
-        _ = other | "b" >> visits
+        _ = by_person(p2 | beam.Create(ROWS), exact_release()) | "b" >> visits
 
 
 def test_a_release_used_by_two_pipelines() -> None:
@@ -268,3 +265,147 @@ def test_one_release_has_one_privacy_unit() -> None:
         release.ByPerson("person", person_type="int")
     unit = release.manifest()["privacy_unit"]
     assert (unit["person_column"], unit["person_type"]) == ("person", "string")
+
+
+@pytest.mark.parametrize(
+    ("person", "keys", "values"),
+    [
+        ("person", {"__person__": "string"}, []),  # would replace the person id
+        ("person", {"domain": "string"}, ["__reject__"]),  # would mark every row bad
+        ("__person_hash__", {}, []),
+    ],
+)
+def test_a_column_named_like_userdps_own_columns(
+    person: str, keys: dict[str, str], values: list[str]
+) -> None:
+    """A key named __person__ made one person's 1,000 rows 1,000 persons (a library review)."""
+    with pytest.raises(ValueError, match=r"column name\(s\) \['__\w+__'\] have the form __name__"):
+        exact_release().ByPerson(person, keys=keys, values=values)
+
+
+def test_a_second_release_in_one_pipeline() -> None:
+    """Each release would state only its own budget while the same persons pay for both."""
+    with (
+        pytest.raises(dp.ReleaseError, match="this pipeline already has a Release"),
+        beam.Pipeline() as p,
+    ):
+        rows = p | beam.Create(ROWS)
+        _ = by_person(rows, exact_release()) | "visits" >> count()
+        _ = rows | "Again" >> exact_release().ByPerson("person", keys={"domain": "string"})
+
+
+@pytest.mark.parametrize("column", ["value", "stddev"])
+def test_a_by_column_named_like_a_released_column(column: str) -> None:
+    """The key and the released value shared a name, and the key vanished from the rows."""
+    rows = [{"person": f"p{i}", column: f"k{i % 2}"} for i in range(4)]
+    with (
+        pytest.raises(
+            ConfigError,
+            match=rf"Count\('c'\)\.by = \['{column}'\]: expected partition columns not named "
+            r"value or stddev",
+        ),
+        beam.Pipeline() as p,
+    ):
+        people = p | beam.Create(rows) | exact_release().ByPerson("person", keys={column: "string"})
+        _ = people | "c" >> dp.Count(
+            by=[column], max_partitions_per_person=1, max_rows_per_partition=1,
+            epsilon=1, public_partitions=["k0", "k1"],
+        )  # fmt: skip
+
+
+def test_a_refused_aggregate_books_none_of_its_members() -> None:
+    """Its second member overspends: nothing is booked, so the fixed Aggregate can follow."""
+    release = exact_release(epsilon=1, delta=1e-6)
+
+    def aggregate(eps: float) -> Any:
+        return dp.Aggregate(by=["domain"], max_partitions_per_person=1, metrics={
+            "m": dp.Count(max_rows_per_partition=1, epsilon=eps, delta=5e-7),
+            "n": dp.Count(max_rows_per_partition=1, epsilon=eps, delta=5e-7),
+        })  # fmt: skip
+
+    with beam.Pipeline() as p:
+        people = by_person(p | beam.Create(ROWS), release)
+        with pytest.raises(dp.ReleaseError, match=r"exhausted by the shares \{m: .*n: "):
+            _ = people | "too much" >> aggregate(0.6)
+        assert release.spent is None
+        assert release.manifest()["queries"] == [] and release.manifest()["selections"] == []
+        _ = people | "fits" >> aggregate(0.5)
+    assert [q["name"] for q in release.manifest()["queries"]] == ["m", "n"]
+
+
+def test_aggregate_metric_names_that_differ_only_in_case() -> None:
+    with pytest.raises(ValueError, match=r"metric names \['M', 'm'\] differ only in case"):
+        dp.Aggregate(by=["domain"], max_partitions_per_person=1, metrics={
+            "m": dp.Count(max_rows_per_partition=1, epsilon=0.5, delta=5e-7),
+            "M": dp.Count(max_rows_per_partition=1, epsilon=0.5, delta=5e-7),
+        })  # fmt: skip
+
+
+def test_a_beam_label_that_cannot_name_an_output() -> None:
+    """The label names the output file by default; name= keeps a label with a space."""
+    with (
+        pytest.raises(ValueError, match=r"the label 'Count visits' .* pass name='visits'"),
+        beam.Pipeline() as p,
+    ):
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | "Count visits" >> count()
+    release = exact_release()
+    with beam.Pipeline() as p:
+        _ = by_person(p | beam.Create(ROWS), release) | "Count visits" >> count(name="visits")
+    assert [q["name"] for q in release.manifest()["queries"]] == ["visits"]
+
+
+def test_private_partitions_under_rho_without_a_delta_share() -> None:
+    with (
+        pytest.raises(
+            dp.ReleaseError,
+            match=r"Count\('visits'\) spends δ under the release's ρ budget .* pass delta=\.\.\. "
+            r"as its share of the Budget's delta, or public_partitions",
+        ),
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), exact_release(rho=0.5, delta=1e-6))
+        _ = people | "visits" >> dp.Count(
+            by=["domain"], max_partitions_per_person=1, max_rows_per_partition=1, rho=0.1
+        )
+
+
+def test_a_private_partitions_hint_speaks_of_the_library_too() -> None:
+    with (
+        pytest.raises(
+            ConfigError,
+            match=r"library: Budget\(\.\.\., delta=\.\.\.\).*library: "
+            r"public_partitions=\[\.\.\.\]",
+        ),  # fmt: skip
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), exact_release(epsilon=1))
+        _ = people | "visits" >> dp.Count(
+            by=["domain"], max_partitions_per_person=1, max_rows_per_partition=1, epsilon=1
+        )
+
+
+def _no_arguments() -> float:
+    return 1.0
+
+
+@pytest.mark.parametrize(
+    ("function", "match"),
+    [
+        (
+            42,
+            r"function = 42: expected an import path 'module:function' \(or, in the library, "
+            r"a callable\)",
+        ),
+        (_no_arguments, r"takes \(\), but is called with one argument: the chunk"),
+        (lambda a, b: 1.0, r"takes \(a, b\), but is called with one argument"),
+    ],
+)
+def test_a_sample_aggregate_function_that_is_not_a_chunk_function(
+    function: Any, match: str
+) -> None:
+    """A function of another arity failed on every chunk, and the release was the range's
+    midpoint, silently."""
+    with pytest.raises(ConfigError, match=match), beam.Pipeline() as p:
+        _ = by_person(p | beam.Create(ROWS), exact_release()) | "f" >> dp.SampleAggregate(
+            function=function, columns=["duration_s"], range=[0, 100], epsilon=1
+        )

@@ -19,7 +19,7 @@ from scipy import stats
 from tests.beam_collect import run_and_collect
 from tests.stats_helpers import P_MIN
 from userdp.pipelines import example_functions
-from userdp.transforms.bounding import PERSON_COLUMN
+from userdp.transforms.columns import PERSON_COLUMN
 from userdp.transforms.mechanisms.chunk_functions import default_chunks
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams

@@ -29,14 +29,13 @@ from apache_beam.testing.util import assert_that
 from userdp.transforms import bounding, person_hashing
 from userdp.transforms.aggregate import ShardByPerson, _concatenate, split_by_shard
 from userdp.transforms.bounding import (
-    PERSON_COLUMN,
     ZERO_STATS,
     PartitionStats,
     bound_and_aggregate,
 )
+from userdp.transforms.columns import PERSON_COLUMN, PERSON_HASH_COLUMN
 from userdp.transforms.params import BoundingParams
 from userdp.transforms.person_hashing import (
-    PERSON_HASH_COLUMN,
     PERSON_HASH_KEY,
     person_hash_fingerprint,
     person_rank_hashes,

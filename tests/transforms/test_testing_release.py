@@ -8,6 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 import userdp.transforms as dp
 from userdp.transforms import testing
@@ -76,3 +77,33 @@ def test_the_module_docstring_example_runs_as_written() -> None:
     doc = testing.__doc__ or ""
     block = doc.split("::\n\n", 1)[1].split("\n\nWith noise off", 1)[0]
     exec("\n".join(line[4:] for line in block.splitlines()), {})  # its assert_that must hold
+
+
+@pytest.mark.parametrize("runner", [None, "DirectRunner", "SwitchingDirectRunner"])
+def test_a_job_endpoint_is_refused_even_on_the_direct_runner(runner: str | None) -> None:
+    """Beam's DirectRunner hands a pipeline to Prism, which submits it to the --job_endpoint
+    server: the exact values would be computed there (found by a library review)."""
+    release = exact_release(dp.Budget(epsilon=1))
+    options = PipelineOptions(["--job_endpoint=localhost:1"])
+    p = beam.Pipeline(runner=runner, options=options)  # built, never run
+    rows = p | beam.Create(ROWS)
+    with pytest.raises(ReleaseError, match=r"options name a job server \(--job_endpoint\)"):
+        _ = rows | release.ByPerson("pid", keys={"dom": "string"})
+
+
+def test_a_mean_is_the_bounded_mean_correctly_rounded() -> None:
+    """mid + Σ(v − mid)/n in floats is 16.666666666666686 for 10, 20, 20; the hook's mean is
+    the exact ratio 50/3 rounded once, so a test can compare it with ==."""
+    rows = [{"pid": p, "dom": "a", "s": s} for p, s in (("ann", 10.0), ("bob", 20.0), ("cy", 20.0))]
+    release = exact_release(dp.Budget(epsilon=1))
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"},
+                                                          values=["s"])  # fmt: skip
+        mean = people | "mean" >> dp.Mean(
+            by=["dom"], value="s", bounds=[0, 600], max_partitions_per_person=1,
+            max_rows_per_partition=1, epsilon=1, public_partitions=["a"],
+        )  # fmt: skip
+        return {"mean": mean | beam.Map(lambda r: r.value)}
+
+    assert run_and_collect(build)["mean"] == [50 / 3]

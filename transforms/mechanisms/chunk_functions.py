@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 import numbers
 import re
@@ -98,7 +99,7 @@ def resolve_function(path: str | ChunkFunction) -> ChunkFunction:
     it is.
     """
     if callable(path):
-        return path
+        return _called_with_one_argument(path, function_name(path))
     module_name, _, attr = check_function_path(path).partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -114,6 +115,26 @@ def resolve_function(path: str | ChunkFunction) -> ChunkFunction:
     if not callable(obj):
         raise ValueError(f"function {path!r} is a {type(obj).__name__}, not a callable")
     fn: ChunkFunction = obj
+    return _called_with_one_argument(fn, path)
+
+
+def _called_with_one_argument(fn: ChunkFunction, name: str) -> ChunkFunction:
+    """``fn`` if it can be called with one argument, the chunk: a function of another arity
+    would fail on every chunk, and every chunk would answer the midpoint — a release of the
+    range's middle, silently. Refused when planned instead. A callable whose signature Python
+    cannot read (some builtins) is taken as it is."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+    try:
+        signature.bind(None)
+    except TypeError:
+        parameters = signature.replace(return_annotation=inspect.Signature.empty)
+        raise ValueError(
+            f"function {name} takes {parameters}, but is called with one argument: the chunk "
+            "(a table of the chunk's rows)"
+        ) from None
     return fn
 
 
