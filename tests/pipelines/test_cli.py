@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.pipelines.test_config import EXAMPLE
+from userdp.pipelines import cli
 from userdp.pipelines.cli import COMMANDS, main
 
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
@@ -105,6 +108,42 @@ def test_console_module_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "spent (ε=1, δ=1e-06)" in proc.stdout
     assert "apitools" not in proc.stderr  # Beam's import notice, on every command before
+
+
+def test_a_reader_that_closes_stdout_early_gets_exit_141_and_no_traceback() -> None:
+    """``userdp plan JOB | head``: the reader is gone when plan prints (a docs audit saw a
+    BrokenPipeError traceback); the console script ends with 141, as a shell's SIGPIPE."""
+    entry = "import sys; from userdp.pipelines.entry import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", entry, "plan", str(EXAMPLE)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command has loaded Beam, so before it prints a line
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141, err
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_a_run_whose_stdout_closed_still_reports_its_release_as_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The release is published before its summary is printed: a closed stdout then is exit 0
+    and a line on stderr, not a failure."""
+    read, write = os.pipe()
+    os.close(read)
+    result = SimpleNamespace(
+        outputs={"visits": str(tmp_path / "visits.parquet")},
+        manifest=str(tmp_path / "manifest.json"),
+        reservation=None,
+    )
+    with os.fdopen(write, "w") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        assert cli._report_published(SimpleNamespace(), result) == 0
+        monkeypatch.undo()
+    assert "published; stdout was closed before the summary" in capsys.readouterr().err
 
 
 def test_only_beams_import_notice_is_filtered_from_the_root_logger(
