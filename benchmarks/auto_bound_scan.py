@@ -13,8 +13,14 @@ the bots' cells, and the largest ratio on the other three families); then, per �
 whose largest ratio at that ε is smallest — a design tuned separately for each ε on this very
 data, more than any rule fixed in advance could reach — and the smallest bots-at-ε = 1 ratio.
 
+``--free-choice`` asks instead what *not splitting* ε could buy at most: the same choice, but
+the noise at the whole ε as if the choice were free (NOT differentially private at ε: a ceiling
+for any design whose release is a clamped sum plus noise), for the choice at ε/4 and at ε with
+κ = 1/2, and at ε with κ = 1/4 (docs/accuracy.md, "What not splitting could buy").
+
 Usage: python benchmarks/auto_bound_scan.py [--people 100000] [--shares 1/8,1/4,...]
                                              [--kappas 1/4,1/2,...] [--per-octave 2,4,8]
+       python benchmarks/auto_bound_scan.py --free-choice
 """
 
 from __future__ import annotations
@@ -47,6 +53,32 @@ def auto_error(totals: np.ndarray, count: bool, eps: Fraction, setting: Setting)
     return choice_error(totals, choice, laplace_unit(eps * (1 - share)))
 
 
+def free_choice(data: dict[str, tuple[np.ndarray, bool]]) -> int:
+    """The ceiling of ``--free-choice`` (module docstring): exact laws, ratios to the best clamp."""
+    settings = {  # label → (the choice's ε as a part of ε, κ); the noise always at all of ε
+        "now: ε/4 + 3ε/4": None,
+        "ε/4 + ε, κ 1/2": (Fraction(1, 4), Fraction(1, 2)),
+        "ε + ε, κ 1/2": (Fraction(1), Fraction(1, 2)),
+        "ε + ε, κ 1/4": (Fraction(1), Fraction(1, 4)),
+    }
+    print("auto / best clamp, exact; the last three columns spend more than ε (not private)")
+    print(f"{'family':<10} {'ε':>4} " + " ".join(f"{k:>17}" for k in settings))
+    for name, (totals, count) in data.items():
+        for e in EPSILONS:
+            best = best_clamp_error(totals, laplace_unit(e))
+            cells = []
+            for s in settings.values():
+                if s is None:
+                    err = auto_error(totals, count, e, (Fraction(1, 4), Fraction(1, 2), 4))
+                else:
+                    choice = clamp_choice(e * s[0], RANGE, 0 if count else RANGE[1] - SUM_OCTAVES)
+                    choice = dataclasses.replace(choice, step_prior=s[1])
+                    err = choice_error(totals, choice, laplace_unit(e))
+                cells.append(err / best)
+            print(f"{name:<10} {float(e):>4g} " + " ".join(f"{x:>17.2f}" for x in cells))
+    return 0
+
+
 def fractions(text: str) -> list[Fraction]:
     return [Fraction(x) for x in text.split(",")]
 
@@ -58,7 +90,11 @@ def main() -> int:
     ap.add_argument("--kappas", type=fractions, default=fractions("1/8,1/4,3/8,1/2,3/4,1"))
     ap.add_argument("--per-octave", type=lambda s: [int(x) for x in s.split(",")],
                     default=[2, 4, 8])  # fmt: skip
+    ap.add_argument("--free-choice", action="store_true", help="the ceiling of not splitting ε")
     args = ap.parse_args()
+    if args.free_choice:
+        kept = (*TARGET, "zipf")
+        return free_choice({n: v for n, v in families(args.people).items() if n in kept})
     data = {n: v for n, v in families(args.people).items() if n in TARGET}
     best = {(n, e): best_clamp_error(t, laplace_unit(e)) for n, (t, _) in data.items()
             for e in EPSILONS}  # fmt: skip

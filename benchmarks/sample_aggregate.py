@@ -32,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -244,11 +245,15 @@ def time_beam(people: int, epsilon: float, k: int, key: ReleaseKey) -> None:
             # The same release without Beam (same key and labels) must give the same number.
             agg = q.aggregator_for(k)
             answers = chunk_answers(clean_logs(people), q, chunk_key(key, q.name), k)
-            again = agg.release(answers, key.rng(q.name, NOISE_LABEL, "value"))[0]
+            # SampleAndAggregate draws from the query's derived key (keys.for_query), as every
+            # query's noise does; the same stream here, or the two paths are not comparable.
+            again = agg.release(answers, key.for_query(q.name).rng(NOISE_LABEL, "value"))[0]
             print(
                 f"beam FnApiRunner, read + validate + {name}, k = {k}: {seconds:.1f} s; "
                 f"released {row['value']:.6g} (without Beam: {again:.6g})"
             )
+            if row["value"] != again:
+                sys.exit(f"the Beam release {row['value']!r} is not the pure path's {again!r}")
 
 
 if __name__ == "__main__":
