@@ -126,27 +126,29 @@ def run_userdp(data: str, run: int, *, noise: bool) -> tuple[Results, Results]:
     domains = _domains(data)
     transforms = {"count": dp.Count, "persons": dp.Persons, "sum": dp.Sum, "mean": dp.Mean}
     with tempfile.TemporaryDirectory() as tmp:
-        with beam.Pipeline() as p:
-            rows = p | beam.io.ReadFromParquetBatched(data, columns=[PERSON, DOMAIN, VALUE])
-            for m in METRICS:
-                for mode in MODES:
-                    name = f"{m}_{mode}"
-                    secret = hashlib.sha256(f"userdp.bench.accuracy/{run}/{name}".encode()).digest()
-                    release = dp.Release._for_launcher(  # fixed secret: a test hook
-                        dp.Budget(epsilon=EPSILON, delta=DELTA), ReleaseKey(secret), noise=noise
-                    )
+        for m in METRICS:
+            for mode in MODES:
+                name = f"{m}_{mode}"
+                secret = hashlib.sha256(f"userdp.bench.accuracy/{run}/{name}".encode()).digest()
+                release = dp.Release._for_launcher(  # fixed secret: a test hook
+                    dp.Budget(epsilon=EPSILON, delta=DELTA), ReleaseKey(secret), noise=noise
+                )
+                params: dict[str, Any] = {"by": [DOMAIN], "max_partitions_per_person": L}
+                if m != "persons":
+                    params["max_rows_per_partition"] = C
+                if m in ("sum", "mean"):
+                    params |= {"value": VALUE, "bounds": [LO, HI]}
+                if mode == "public":
+                    params["public_partitions"] = domains
+                # δ only where it is spent: Laplace noise on public keys is pure ε
+                delta = {"delta": DELTA} if mode == "private" else {}
+                # each release its own pipeline, as the library requires (one Release per
+                # pipeline): eight separate publications of one log
+                with beam.Pipeline() as p:
+                    rows = p | beam.io.ReadFromParquetBatched(data, columns=[PERSON, DOMAIN, VALUE])
                     people = rows | f"{name}/ByPerson" >> release.ByPerson(
                         PERSON, person_type="int", keys={DOMAIN: "string"}, values=[VALUE]
                     )
-                    params: dict[str, Any] = {"by": [DOMAIN], "max_partitions_per_person": L}
-                    if m != "persons":
-                        params["max_rows_per_partition"] = C
-                    if m in ("sum", "mean"):
-                        params |= {"value": VALUE, "bounds": [LO, HI]}
-                    if mode == "public":
-                        params["public_partitions"] = domains
-                    # δ only where it is spent: Laplace noise on public keys is pure ε
-                    delta = {"delta": DELTA} if mode == "private" else {}
                     out = people | name >> transforms[m](epsilon=EPSILON, **delta, **params)
                     _ = (
                         out

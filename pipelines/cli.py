@@ -44,7 +44,7 @@ class _BeamImportNotice(logging.Filter):
 logging.getLogger().addFilter(_BeamImportNotice())
 
 from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
-from .entry import silence_stdout  # noqa: E402
+from .entry import print_summary  # noqa: E402
 from .interrupts import RunInterrupted, exit_code  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
@@ -222,14 +222,10 @@ def _report_published(job: Any, result: Any) -> int:
     """What was released; 0 — or, interrupted while saying so, 130/143 and a line that the
     release is complete all the same (it was published and recorded before)."""
     try:
-        _print_result(job, result)
-        sys.stdout.flush()
+        print_summary(lambda: _print_result(job, result), "run", "published")
     except KeyboardInterrupt as e:
         print("userdp run: interrupted after the release was published", file=sys.stderr)
         return exit_code(e)
-    except BrokenPipeError:  # the release stands; only its summary had nowhere to go
-        silence_stdout()
-        print("userdp run: published; stdout was closed before the summary", file=sys.stderr)
     return 0
 
 

@@ -257,7 +257,7 @@ def _refuse_reserved_columns(
     v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
 ) -> None:
     """No column the job reads or declares may have the form of userdp's own columns
-    (``transforms.validate.is_reserved_column``: a key named ``__person__`` would replace the
+    (``transforms.columns.is_reserved_column``: a key named ``__person__`` would replace the
     person id)."""
     if is_reserved_column(person):
         v.fail("input.person", person, *_RESERVED_COLUMN)
@@ -265,10 +265,22 @@ def _refuse_reserved_columns(
         if is_reserved_column(name):
             v.fail(f"input.columns.{name}", name, *_RESERVED_COLUMN)
     for i, q in enumerate(queries):
-        for column, role in kind_of(q).required_columns(q).items():
+        for column in kind_of(q).required_columns(q):
             if is_reserved_column(column):
-                field = "by" if role == "key" else "value"
-                v.fail(f"queries[{i}].{field}", column, *_RESERVED_COLUMN)
+                v.fail(f"queries[{i}].{_field_naming(q, column)}", column, *_RESERVED_COLUMN)
+
+
+def _field_naming(q: QueryConfig, column: str) -> str:
+    """The query's key that names ``column``: ``by``, ``value`` or a kind's own (``columns``,
+    ``key_columns``, …)."""
+    if column in q.by:
+        return "by"
+    if q.value == column:
+        return "value"
+    for key, given in q.options.items():
+        if given == column or (isinstance(given, (list, tuple)) and column in given):
+            return str(key)
+    return "by"
 
 
 def _parse_release(v: Validator, raw: Mapping[str, Any]) -> ReleaseConfig:

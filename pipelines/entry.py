@@ -10,8 +10,9 @@ imports nothing heavy itself.
 from __future__ import annotations
 
 import os
+import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 INTERRUPTED = 130
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
@@ -25,11 +26,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
     try:
         code = run(argv)
-        sys.stdout.flush()  # here, not at exit, so a closed pipe is caught here
+        flush_stdout()  # here, not at exit, so that a closed pipe is caught here
     except BrokenPipeError:
+        if not stdout_gone():  # another pipe (an output FIFO, say): a failure like any other
+            raise
         silence_stdout()
         return STDOUT_CLOSED
     return code
+
+
+def print_summary(show: Callable[[], None], command: str, done: str) -> None:
+    """Prints a finished command's summary (``show``). Its work is done — published, charged —
+    so a reader that went away only loses the summary: one line on stderr says what ``done``
+    and the command goes on to exit 0 (a scheduler retrying a nonzero exit would spend again)."""
+    try:
+        show()
+        flush_stdout()
+    except BrokenPipeError:
+        if not stdout_gone():
+            raise
+        silence_stdout()
+        print(f"userdp {command}: {done}; stdout was closed before the summary", file=sys.stderr)
+
+
+def flush_stdout() -> None:
+    if sys.stdout is not None:  # None when the command started with stdout closed (>&-)
+        sys.stdout.flush()
+
+
+def stdout_gone() -> bool:
+    """Is stdout a pipe or socket whose reader has gone (POLLERR / POLLHUP on its descriptor)?"""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
 def silence_stdout() -> None:
@@ -40,7 +73,3 @@ def silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

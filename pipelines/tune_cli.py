@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from .config import ConfigError, load_job
+from .entry import print_summary
 from .interrupts import RunInterrupted, exit_code
 
 TUNE_HELP = (
@@ -92,7 +93,7 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
             file=sys.stderr,
         )
         return 1
-    print_tune_result(result)
+    print_summary(lambda: print_tune_result(result), "tune", "measured, charged and written")
     return 0
 
 

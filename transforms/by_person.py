@@ -214,7 +214,7 @@ def _check_declaration(
         raise TypeError(f"ByPerson: person must be a column name, got {person!r}")
     if person_type not in ("string", "int"):
         raise ValueError(f"ByPerson: person_type must be 'string' or 'int', got {person_type!r}")
-    if not isinstance(keys, Mapping):
+    if not isinstance(keys, Mapping) or not all(isinstance(k, str) and k for k in keys):
         raise TypeError("ByPerson: keys must map column → type, e.g. {'domain': 'string'}")
     for name, t in keys.items():
         if t not in _KEY_TYPES:

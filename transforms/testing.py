@@ -29,8 +29,9 @@ validation, dead letters, the budget's booking and its misuse errors — is what
 does.
 
 Why this cannot publish raw values by accident: the release refuses to be used by a pipeline on
-any runner but Beam's local ones (Direct, FnApi), or with a ``--job_endpoint`` (the DirectRunner
-hands pipelines to Prism, which would submit to that server), so a Dataflow or Flink job built
+any runner but Beam's local ones (Direct, FnApi), or with a ``--job_endpoint`` or an
+``--environment_type`` other than LOOPBACK (the DirectRunner hands pipelines to Prism, which
+would submit to that server or run on those workers), so a Dataflow or Flink job built
 with it fails when its first transform is applied; and its manifest says ``"noise": "off …"``
 where a real release says nothing. Privacy on Beam keeps the same kind of helper apart, in
 ``pbeamtest`` (no noise, every partition kept, contribution bounding still applied).
@@ -63,13 +64,14 @@ class _ExactRelease(Release):
                 f"exact_release has no noise and is for tests on a local runner, not {runner}: "
                 "use userdp.transforms.Release for a real release"
             )
-        if _job_endpoint(pipeline):
+        if remote := _remote_option(pipeline):
             # Beam's DirectRunner hands a pipeline to Prism, which submits it to the job server
-            # --job_endpoint names: exact values would be computed on another machine.
+            # --job_endpoint names, and runs it on the SDK workers --environment_type names:
+            # exact values would be computed on another machine.
             raise ReleaseError(
                 "exact_release has no noise and is for tests on a local runner, but the "
-                "pipeline's options name a job server (--job_endpoint), which the DirectRunner "
-                "would submit it to: drop the option in tests"
+                f"pipeline's options send it elsewhere ({remote}), as the DirectRunner would: "
+                "drop the option in tests"
             )
         super()._bind(pipeline)
 
@@ -77,14 +79,23 @@ class _ExactRelease(Release):
         return {"noise": NOISE_OFF, **super().manifest()}
 
 
-def _job_endpoint(pipeline: Any) -> str | None:
+def _remote_option(pipeline: Any) -> str | None:
+    """The option that would run the pipeline's work off this machine, if one is set: a job
+    server (``--job_endpoint``) or SDK workers other than Beam's in-process loopback
+    (``--environment_type``: EXTERNAL names any address; DOCKER and PROCESS are left out too,
+    a test needs none of them)."""
     from apache_beam.options.pipeline_options import PortableOptions  # noqa: PLC0415
 
     options = getattr(pipeline, "options", None) or getattr(pipeline, "_options", None)
     if options is None:
         return None
-    endpoint: str | None = options.view_as(PortableOptions).job_endpoint
-    return endpoint
+    portable = options.view_as(PortableOptions)
+    if portable.job_endpoint:
+        return "--job_endpoint"
+    environment = portable.environment_type
+    if environment and str(environment).upper() != "LOOPBACK":
+        return f"--environment_type={environment}"
+    return None
 
 
 def exact_release(budget: Budget, *, seed: bytes = b"userdp.testing") -> Release:

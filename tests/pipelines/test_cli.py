@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,6 +19,8 @@ import pytest
 from tests.pipelines.test_config import EXAMPLE
 from userdp.pipelines import cli
 from userdp.pipelines.cli import COMMANDS, main
+from userdp.pipelines.entry import main as entry_main
+from userdp.pipelines.entry import print_summary
 
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
@@ -144,6 +147,51 @@ def test_a_run_whose_stdout_closed_still_reports_its_release_as_published(
         assert cli._report_published(SimpleNamespace(), result) == 0
         monkeypatch.undo()
     assert "published; stdout was closed before the summary" in capsys.readouterr().err
+
+
+def test_a_command_started_with_stdout_closed_still_succeeds(tmp_path: Path) -> None:
+    """``userdp keygen K >&-``: Python sets sys.stdout to None; the key is made, exit 0 (the
+    first stdout handling flushed None and failed after the work was done; a review)."""
+    entry = "import sys; from userdp.pipelines.entry import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", entry, "keygen", str(tmp_path / "k")],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "k").stat().st_size == 32
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output FIFO whose reader went away is not a closed stdout: no silent 141."""
+
+    def breaks(argv: Any) -> int:
+        raise BrokenPipeError("an output FIFO")
+
+    monkeypatch.setattr(cli, "main", breaks)
+    with pytest.raises(BrokenPipeError, match="an output FIFO"):
+        entry_main(["generate"])
+
+
+def test_a_summary_whose_reader_went_away_says_the_work_stands(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tune's charge and files exist before its summary: exit 0 and one line on stderr (a
+    scheduler retrying a nonzero exit would spend again)."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        print_summary(lambda: print("x" * 100_000), "tune", "measured, charged and written")
+        monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert (
+        err == "userdp tune: measured, charged and written; stdout was closed before the summary\n"
+    )
 
 
 def test_only_beams_import_notice_is_filtered_from_the_root_logger(

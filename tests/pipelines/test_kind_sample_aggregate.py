@@ -144,6 +144,8 @@ def plan_of(tmp_path: Path, *queries: dict[str, Any], **budget: Any) -> list[Sam
         ({"columns": None}, r"queries\[0\]\.columns = None: expected a list of distinct column"),
         ({"columns": ["d", "d"]}, r"queries\[0\]\.columns = \['d', 'd'\]: expected a list of dis"),
         ({"columns": ["__person__"]}, r"queries\[0\]\.columns = \['__person__'\]: expected"),
+        ({"columns": ["__dur__"]}, r"queries\[0\]\.columns = '__dur__': expected a column name"),
+        ({"key_columns": ["__d__"]}, r"queries\[0\]\.key_columns = '__d__': expected a column n"),
         ({"key_columns": "domain"}, r"queries\[0\]\.key_columns = 'domain': expected a list"),
         (
             {"key_columns": ["duration_s"]},

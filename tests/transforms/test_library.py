@@ -6,6 +6,7 @@ must fail when the transform is applied (pipeline construction), with a message 
 
 from __future__ import annotations
 
+import functools
 import pickle
 from typing import Any, NamedTuple
 
@@ -16,6 +17,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import userdp.transforms as dp
 from userdp.pipelines.config_fields import ConfigError
+from userdp.transforms.mechanisms.chunk_functions import resolve_function
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))  # a fixed test secret
@@ -386,6 +388,25 @@ def test_a_private_partitions_hint_speaks_of_the_library_too() -> None:
 
 def _no_arguments() -> float:
     return 1.0
+
+
+def _p(table: Any, q: float) -> float:
+    return q
+
+
+@functools.wraps(_p)
+def _p90(table: Any) -> float:  # a wrapper of one argument around one of two
+    return _p(table, 0.9)
+
+
+def test_a_wrapped_chunk_function_is_judged_by_the_wrapper_that_is_called() -> None:
+    """inspect.signature follows __wrapped__ to _p's two parameters; the wrapper takes one."""
+    assert resolve_function(_p90) is _p90
+
+
+def test_key_names_that_are_not_text() -> None:
+    with pytest.raises(TypeError, match=r"keys must map column → type"):
+        exact_release().ByPerson("person", keys={1: "string"})  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize(

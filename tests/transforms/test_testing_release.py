@@ -80,15 +80,31 @@ def test_the_module_docstring_example_runs_as_written() -> None:
 
 
 @pytest.mark.parametrize("runner", [None, "DirectRunner", "SwitchingDirectRunner"])
-def test_a_job_endpoint_is_refused_even_on_the_direct_runner(runner: str | None) -> None:
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--job_endpoint=localhost:1"], "job_endpoint"),
+        (["--environment_type=EXTERNAL", "--environment_config=remote:1"], "=EXTERNAL"),
+        (["--environment_type=DOCKER"], "=DOCKER"),
+    ],
+)
+def test_options_that_send_the_work_elsewhere_are_refused_even_on_the_direct_runner(
+    runner: str | None, flags: list[str], named: str
+) -> None:
     """Beam's DirectRunner hands a pipeline to Prism, which submits it to the --job_endpoint
-    server: the exact values would be computed there (found by a library review)."""
+    server and runs it on the --environment_type workers: the exact values would be computed
+    there (found by a library review, then by the review of that fix)."""
     release = exact_release(dp.Budget(epsilon=1))
-    options = PipelineOptions(["--job_endpoint=localhost:1"])
-    p = beam.Pipeline(runner=runner, options=options)  # built, never run
+    p = beam.Pipeline(runner=runner, options=PipelineOptions(flags))  # built, never run
     rows = p | beam.Create(ROWS)
-    with pytest.raises(ReleaseError, match=r"options name a job server \(--job_endpoint\)"):
+    with pytest.raises(ReleaseError, match=rf"options send it elsewhere \(--\w*{named}"):
         _ = rows | release.ByPerson("pid", keys={"dom": "string"})
+
+
+def test_loopback_workers_are_local() -> None:
+    release = exact_release(dp.Budget(epsilon=1))
+    p = beam.Pipeline(options=PipelineOptions(["--environment_type=LOOPBACK"]))
+    _ = p | beam.Create(ROWS) | release.ByPerson("pid", keys={"dom": "string"})
 
 
 def test_a_mean_is_the_bounded_mean_correctly_rounded() -> None:

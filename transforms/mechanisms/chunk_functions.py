@@ -124,7 +124,7 @@ def _called_with_one_argument(fn: ChunkFunction, name: str) -> ChunkFunction:
     range's middle, silently. Refused when planned instead. A callable whose signature Python
     cannot read (some builtins) is taken as it is."""
     try:
-        signature = inspect.signature(fn)
+        signature = inspect.signature(fn, follow_wrapped=False)  # the wrapper is what is called
     except (TypeError, ValueError):
         return fn
     try:
