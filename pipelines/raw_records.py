@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from userdp.transforms.columns import RAW_LINE_COLUMN, REJECT_COLUMN
+from userdp.transforms.validate import decoded
 
 from .input_files import InputSchema, arrow_family
 from .text_records import ESCAPE, unescape_utf8
@@ -33,16 +34,20 @@ def _text(value: Any) -> str:
         return value
     try:
         return json.dumps(value)
+    except KeyboardInterrupt:
+        raise
     except RecursionError:
         return "<too deeply nested>"
     except ValueError:  # an int past Python's 4,300-digit text limit (or one inside), a cycle
         if isinstance(value, int):  # no int64 holds it: its row is a dead letter in any case
             return f"<an integer of {value.bit_length()} bits>"
-    except TypeError:  # no JSON form: bytes, Decimal, dates, sets, a user's objects
-        pass
+    except BaseException:  # no JSON form (bytes, Decimal, dates, sets), or a user's object
+        pass  # whose conversion raised — even SystemExit
     try:
         return repr(value)
-    except Exception:  # a user's __repr__ that raises, a cycle holding a huge int
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # a user's __repr__ that raises, a cycle holding a huge int
         return f"<{type(value).__name__}>"
 
 
@@ -161,49 +166,68 @@ def records_to_table(
     target = target or schema.arrow_schema()
     cols: dict[str, list[str | None]] = {c: [] for c in schema.columns}
     rejects: list[str | None] = []
-    for record in records:
-        reason: str | None = None if isinstance(record, dict) else "malformed record"
-        row = record if isinstance(record, dict) else {}
-        for name in schema.columns:
-            if absent_is_named and reason is None and name not in row:
-                reason = f"no column {name!r} in the row"
-            value: Any = _plain(row.get(name))
-            family = _family_of(value)
-            want = arrow_family(target.field(name).type)
-            if family is None:
-                cols[name].append(None)
-            elif isinstance(value, str) and not _is_utf8(value):
-                cols[name].append(_shown(value))
-                reason = reason or f"invalid UTF-8 text in {name}"
-            elif want == "float" and family in ("integer", "float"):
-                cols[name].append(_float_text(value))
-            elif family == want:
-                cols[name].append(value if family == "string" else _text(value))
-            else:
-                cols[name].append(_text(value))
-                if reason is None:
-                    reason = (
-                        "person id type mismatch"
-                        if name == schema.person
-                        else f"non-numeric value in {name}"
-                        if want == "float"
-                        else f"key type mismatch in {name}"
-                    )
+    unreadable: set[int] = set()  # rows whose objects raised when read: malformed records
+    for i, record in enumerate(records):
+        try:
+            values, reason = _record_values(record, schema, target, absent_is_named)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # a user's object whose float(), str, … raises (even SystemExit):
+            values, reason = [None] * len(schema.columns), "malformed record"  # its row only
+            unreadable.add(i)
+        for name, value in zip(schema.columns, values, strict=True):
+            cols[name].append(value)
         rejects.append(reason)
     arrays = {c: pa.array(v, type=pa.string()) for c, v in cols.items()}
     arrays[REJECT_COLUMN] = pa.array(rejects, type=pa.string())
-    if any(not isinstance(r, dict) for r in records):  # its text goes with its dead letter
-        raw = lines if lines is not None else [None] * len(records)
+    if unreadable or any(not isinstance(r, dict) for r in records):  # their text goes with
+        raw = lines if lines is not None else [None] * len(records)  # their dead letters
         texts = [
             None
-            if isinstance(r, dict)
-            else _text(r)  # a library row that is not a mapping: what was sent
+            if isinstance(r, dict) and i not in unreadable
+            else _text(r)  # a library row that is not a mapping (or not readable): as sent
             if x is None
             else x.decode("utf-8", "backslashreplace")
-            for r, x in zip(records, raw, strict=True)
+            for i, (r, x) in enumerate(zip(records, raw, strict=True))
         ]
         arrays[RAW_LINE_COLUMN] = pa.array(texts, type=pa.string())
     return pa.table(arrays)
+
+
+def _record_values(
+    record: Any, schema: InputSchema, target: pa.Schema, absent_is_named: bool
+) -> tuple[list[str | None], str | None]:
+    """One record's column texts and its reject reason (None: a good row), by the rules of
+    :func:`records_to_table`. May raise on a user's object; the caller catches it."""
+    reason: str | None = None if isinstance(record, dict) else "malformed record"
+    row = record if isinstance(record, dict) else {}
+    out: list[str | None] = []
+    for name in schema.columns:
+        if absent_is_named and reason is None and name not in row:
+            reason = f"no column {name!r} in the row"
+        value: Any = _plain(row.get(name))
+        family = _family_of(value)
+        want = arrow_family(target.field(name).type)
+        if family is None:
+            out.append(None)
+        elif isinstance(value, str) and not _is_utf8(value):
+            out.append(_shown(value))
+            reason = reason or f"invalid UTF-8 text in {name}"
+        elif want == "float" and family in ("integer", "float"):
+            out.append(_float_text(value))
+        elif family == want:
+            out.append(value if family == "string" else _text(value))
+        else:
+            out.append(_text(value))
+            if reason is None:
+                reason = (
+                    "person id type mismatch"
+                    if name == schema.person
+                    else f"non-numeric value in {name}"
+                    if want == "float"
+                    else f"key type mismatch in {name}"
+                )
+    return out, reason
 
 
 def malformed_rows(lines: list[str | None], names: list[str]) -> pa.Table:
@@ -228,12 +252,12 @@ def checked_text(table: pa.Table) -> pa.Table:
     for i in text:
         col = table.column(i)
         if pa.types.is_dictionary(col.type):
-            col = pc.cast(col, col.type.value_type)
+            col = decoded(col)
         try:
             col.validate(full=True)
             continue
         except pa.ArrowInvalid:
-            as_bytes[table.column_names[i]] = col.cast(pa.binary())
+            as_bytes[table.column_names[i]] = col.cast(pa.large_binary())
     if not as_bytes:
         return table
     fixed = bytes_to_text(pa.table(as_bytes), escaped=False)

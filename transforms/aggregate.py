@@ -39,6 +39,7 @@ from .person_hashing import (
     I64,
     PERSON_HASH_KEY,
     U64,
+    is_text_type,
     person_hash_fingerprint,
     person_rank_hashes,
     person_shards,
@@ -155,7 +156,7 @@ def _packed_parts(table: pa.Table, num_shards: int, key: bytes) -> Iterator[tupl
     # String columns worth sending as dictionaries: name → (distinct values, per row: index).
     encoded: dict[str, tuple[pa.Array, I64]] = {}
     for field in table.schema:
-        if field.name != PERSON_COLUMN and pa.types.is_string(field.type):
+        if field.name != PERSON_COLUMN and is_text_type(field.type):
             column = table.column(field.name).combine_chunks()
             if column.null_count:  # indices would have to carry nulls: send the column plain
                 continue

@@ -9,8 +9,9 @@ of another type than declared goes to ``dead_letter`` (raw private data: the ope
 
 Types come from the caller (``keys={"domain": "string"}``, ``values=["duration_s"]``,
 ``person_type``), never from the values: a column's type, and so the output schemas, cannot
-depend on one person. An Arrow table whose column has another type family than declared is a
-schema error (a ``TypeError`` naming the column), not a dead letter.
+depend on one person. An Arrow table without a declared column, or whose column has another
+type family than declared, is read row by row like Python rows: its mistyped rows are dead
+letters (Arrow infers types from values, so raising would let one person's batch fail the run).
 
 The result is a PCollection of clean tables that carries the release: metric transforms applied
 to it (``people | "visits" >> Count(...)``) find their release, the column types and the one
@@ -75,35 +76,46 @@ def people_of(pcoll: object, transform: str) -> People:
 
 def _as_record(element: Any) -> Any:
     """dict / any Mapping / beam.Row / NamedTuple → dict; anything else is passed on (a
-    malformed record: its text goes with its dead letter)."""
-    if isinstance(element, Mapping):
-        return element if isinstance(element, dict) else dict(element)
-    as_dict = getattr(element, "_asdict", None)
-    return as_dict() if callable(as_dict) else element
+    malformed record: its text goes with its dead letter). A user's mapping whose reading
+    raises is passed on as it is too: its row is a dead letter, never a failed step."""
+    try:
+        if isinstance(element, Mapping):
+            return element if isinstance(element, dict) else dict(element)
+        as_dict = getattr(element, "_asdict", None)
+        return as_dict() if callable(as_dict) else element
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        return element
 
 
 def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
-    """Arrow input: the declared columns, each in its declared family (an integer column may
-    stand for a float one; an all-null column for any). Text is refused, not parsed, so Arrow and
-    Python rows make the same persons (``"1"`` is never the int ``1``)."""
-    from userdp.pipelines.input_files import arrow_family  # noqa: PLC0415
-    from userdp.pipelines.raw_records import checked_text  # noqa: PLC0415
+    """Arrow input → a raw table: the declared columns, each in its declared family (an integer
+    column may stand for a float one; an all-null column for any). Text is not parsed, so Arrow
+    and Python rows make the same persons (``"1"`` is never the int ``1``).
 
-    missing = [c for c in schema.columns if c not in table.column_names]
-    if missing:
-        raise TypeError(f"ByPerson: the Arrow input has no column(s) {missing}")
-    table = table.select(list(schema.columns))
+    A table without a declared column, or with one of another family, is read row by row as
+    Python rows are (:func:`records_to_table`): each row whose value has another type, or lacks
+    the column, is a dead letter with its reason. It does not raise: Arrow infers types from
+    values (``from_pylist``, a per-person file), so one person's batch must not decide whether
+    the run fails."""
+    from userdp.pipelines.input_files import arrow_family  # noqa: PLC0415
+    from userdp.pipelines.raw_records import checked_text, records_to_table  # noqa: PLC0415
+
     want = schema.arrow_schema()
-    for i, f in enumerate(table.schema):
-        have, expected = arrow_family(f.type), arrow_family(want.field(f.name).type)
-        if have == "null":  # a batch whose column holds only nulls: its rows are dead letters
-            table = table.set_column(i, f.name, pa.nulls(table.num_rows, want.field(f.name).type))
-        elif not (have == expected or (expected == "float" and have == "integer")):
-            raise TypeError(
-                f"ByPerson: column {f.name!r} is {f.type} in the Arrow input but declared "
-                f"{expected}; cast it before ByPerson (types are never guessed from values, "
-                "and text is not parsed: '01' and '1' are not made one person)"
-            )
+    fits = all(c in table.column_names for c in schema.columns)
+    if fits:
+        table = table.select(list(schema.columns))
+        for i, f in enumerate(table.schema):
+            have, expected = arrow_family(f.type), arrow_family(want.field(f.name).type)
+            if have == "null":  # a column holding only nulls: its rows are dead letters
+                table = table.set_column(
+                    i, f.name, pa.nulls(table.num_rows, want.field(f.name).type)
+                )
+            elif not (have == expected or (expected == "float" and have == "integer")):
+                fits = False
+    if not fits:
+        return records_to_table(table.to_pylist(), schema, absent_is_named=True)
     return checked_text(table)  # bytes that are not UTF-8: dead letters, as in a job's Parquet
 
 

@@ -25,6 +25,7 @@ computed from the noisy values only (post-processing).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -118,8 +119,11 @@ class _ReleasePartition:
         """``exact`` plus noise; the statistic reaches the mechanism as an exact rational."""
         p = self._params
         mechanism = p.count_noise if count else p.noise
-        if not self._noise or mechanism is None:
-            return float(exact)
+        if not self._noise or mechanism is None:  # the test hook: the exact value, saturated
+            try:  # past the float range as a noisy release is (additive._noisy)
+                return float(exact)
+            except OverflowError:
+                return sys.float_info.max if exact > 0 else -sys.float_info.max
         return mechanism.release(Fraction(exact), self._key.rng(label, purpose))
 
     def _value(

@@ -69,7 +69,7 @@ def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes, arrow_type: 
     base = hashlib.blake2b(key=key, digest_size=8)
     base.update(tag + b"\x00")
     as_bytes: Callable[[Any], bytes] = _value_bytes
-    if arrow_type is not None and pa.types.is_string(arrow_type):
+    if arrow_type is not None and is_text_type(arrow_type):
         base.update(b"s")
         as_bytes = str.encode
     elif arrow_type is not None and pa.types.is_integer(arrow_type):
@@ -85,6 +85,11 @@ def _keyed_hashes(values: Sequence[object], key: bytes, tag: bytes, arrow_type: 
 
 def _int_bytes(v: int) -> bytes:
     return str(v).encode("ascii")
+
+
+def is_text_type(arrow_type: Any) -> bool:
+    """``string`` or ``large_string`` (clean tables hold the latter: transforms/validate.py)."""
+    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
 
 
 def as_arrow_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -109,14 +110,19 @@ def answer_chunk(
         # thread's warnings for a moment: it only ever removes output.)
         # Its prints are dropped too (they could quote the chunk's rows, and appear only when
         # those rows are there); output written below Python, to the file descriptors, is not.
+        # Its log records are dropped the same way (a library reports "fit did not converge"
+        # through logging, on some data only; process-wide, like the warnings filter). The
+        # answer is read inside the same guard: reading it runs its own code (__float__, …).
         with (
             warnings.catch_warnings(),
             np.errstate(all="ignore"),
             contextlib.redirect_stdout(io.StringIO()),
             contextlib.redirect_stderr(io.StringIO()),
+            _logging_off(),
         ):
             warnings.simplefilter("ignore")
             raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
+            return sanitize_answer(raw, params.dimension, default)
     # The function's failure is replaced, never reported (it is data) — whatever it raises:
     # SystemExit (sys.exit() on some chunks), asyncio.CancelledError and other BaseExceptions
     # would otherwise end the run, print their text, on those data only. KeyboardInterrupt alone
@@ -125,7 +131,17 @@ def answer_chunk(
         raise
     except BaseException:
         return default
-    return sanitize_answer(raw, params.dimension, default)
+
+
+@contextlib.contextmanager
+def _logging_off() -> Iterator[None]:
+    """Every log record dropped while the block runs (``logging.disable``), then as before."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)
 
 
 def chunk_answers(

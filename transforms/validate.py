@@ -4,8 +4,12 @@ Input: raw ``pa.Table`` elements from ``pipelines.sources.ReadArrowTables`` — 
 columns in their canonical type or as text, an optional ``__reject__`` reason column, and the
 source file in the schema metadata. Output (``docs/release-job-contracts.md`` section 3):
 
-- ``clean``: ``pa.Table`` with ``__person__`` (``pa.string()``), the key columns in their declared
-  type and the number columns as ``float64``; no nulls, no NaN; ±inf kept (clamped later).
+- ``clean``: ``pa.Table`` with ``__person__`` (``pa.large_string()``), the key columns in their
+  declared type (text as ``large_string``) and the number columns as ``float64``; no nulls, no
+  NaN; ±inf kept (clamped later). Text is ``large_string`` (64-bit offsets) because later steps
+  combine a shard's chunks into one array, and ``string``'s 32-bit offsets cap that at 2 GiB of
+  text: past it the step raised, so a shard near the cap — or one person's long values — would
+  decide whether the run fails.
 - ``dead_letter``: dicts ``{"reason": str, "file": str, "row": {column: raw value as str or
   None}}``, and ``"line": str`` for a malformed CSV/JSONL line (its fields are unknown, so the
   row is all null: the line's text is what the operator can fix; invalid bytes as ``\\xNN``;
@@ -50,6 +54,30 @@ FILE_METADATA_KEY = b"userdp.file"
 INT_TEXT = r"^[+-]?[0-9]{1,19}$"
 FLOAT_TEXT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)$"
 _BOOL_TEXT = {"true": True, "false": False, "True": True, "False": False, "1": True, "0": False}
+
+
+CLEAN_TEXT = pa.large_string()  # text in clean tables (module docstring)
+
+
+def decoded(column: Any) -> Any:
+    """A dictionary-encoded column as plain values; text and bytes as their large types: a
+    dictionary of one long value repeated decodes past 32-bit offsets (pyarrow then built a
+    corrupt array instead of raising)."""
+    value = column.type.value_type
+    if pa.types.is_string(value) or pa.types.is_large_string(value):
+        value = pa.large_string()
+    elif pa.types.is_binary(value) or pa.types.is_large_binary(value):
+        value = pa.large_binary()
+    else:
+        return pc.cast(column, value)
+    # the dictionary widened first, then decoded: a direct cast to the large type still goes
+    # through the small one and overflows
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    wide = [
+        pa.DictionaryArray.from_arrays(c.indices, c.dictionary.cast(value)).dictionary_decode()
+        for c in chunks
+    ]
+    return pa.chunked_array(wide, type=value)
 
 
 def _is_text(array: pa.ChunkedArray) -> bool:
@@ -113,17 +141,17 @@ def _canonical_person(
     ids = table.column(person)
     reasons.append((~_mask(pc.is_valid(ids)), "null or empty person id"))
     if pa.types.is_integer(ids.type):
-        return pc.cast(ids, pa.string())
+        return pc.cast(ids, CLEAN_TEXT)
     if pa.types.is_null(ids.type):  # a file whose ids are all null (pyarrow typed it null)
-        return pc.cast(ids, pa.string())
+        return pc.cast(ids, CLEAN_TEXT)
     if not _is_text(ids):
         raise TypeError(f"person column {person!r} has type {ids.type}; the schema check missed it")
     reasons.append((_mask(pc.equal(pc.binary_length(ids), 0)), "null or empty person id"))
     if person_type == "string":
-        return pc.cast(ids, pa.string())
+        return pc.cast(ids, CLEAN_TEXT)
     parsed, ok = _parse_text(ids, pa.int64())
     reasons.append((~ok, "person id type mismatch"))
-    return pc.cast(parsed, pa.string())
+    return pc.cast(parsed, CLEAN_TEXT)
 
 
 def split_table(
@@ -137,7 +165,7 @@ def split_table(
     n = table.num_rows
     for i, field in enumerate(table.schema):  # dictionary-encoded columns: decode first
         if pa.types.is_dictionary(field.type):
-            table = table.set_column(i, field.name, pc.cast(table[i], field.type.value_type))
+            table = table.set_column(i, field.name, decoded(table[i]))
     reasons: list[tuple[np.ndarray, str]] = []  # (bad mask, reason), first match wins
     if REJECT_COLUMN in table.column_names:
         reject = table.column(REJECT_COLUMN)
@@ -159,7 +187,7 @@ def split_table(
             big = pc.greater(col, pa.scalar(2**63 - 1, pa.uint64()))
             reasons.append((_mask(big), f"key type mismatch in {name}"))
             col = pc.if_else(big, pa.scalar(0, pa.uint64()), col)
-        out[name] = pc.cast(col, target)
+        out[name] = pc.cast(col, CLEAN_TEXT if pa.types.is_string(target) else target)
     for name in numbers:
         col = table.column(name)
         reasons.append((~_mask(pc.is_valid(col)), f"null value in {name}"))

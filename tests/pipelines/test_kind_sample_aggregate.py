@@ -64,9 +64,11 @@ def odd_persons_fail(table: pa.Table) -> float:
 
 
 def chunk_view(table: pa.Table) -> float:
-    """1 if the chunk holds exactly __person__, duration_s (float64), domain (string), else 0."""
+    """1 if the chunk holds exactly __person__, duration_s (float64), domain (text), else 0; text
+    is large_string, as in every clean table (transforms/validate.py)."""
     types = [(f.name, f.type) for f in table.schema]
-    expected = [(PERSON_COLUMN, pa.string()), ("duration_s", pa.float64()), ("domain", pa.string())]
+    text = pa.large_string()
+    expected = [(PERSON_COLUMN, text), ("duration_s", pa.float64()), ("domain", text)]
     return 1.0 if types == expected else 0.0
 
 
@@ -371,14 +373,15 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def clean_table(logs: Path) -> pa.Table:
-    """The clean rows the job hands to the kind: person id as a string, numbers as float64."""
+    """The clean rows the job hands to the kind: person id as text, numbers as float64 (text as
+    large_string, as transforms/validate.py makes it)."""
     t = pq.read_table(logs / "data" / "logs.parquet")
     return pa.table(
         {
-            PERSON_COLUMN: pc.cast(t.column("person_id"), pa.string()),
+            PERSON_COLUMN: pc.cast(t.column("person_id"), pa.large_string()),
             "timestamp": pc.cast(t.column("timestamp"), pa.float64()),
             "duration_s": t.column("duration_s"),
-            "domain": t.column("domain"),
+            "domain": pc.cast(t.column("domain"), pa.large_string()),
         }
     )
 

@@ -4,6 +4,7 @@ the release."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import statistics
 import sys
@@ -206,6 +207,42 @@ def test_a_function_prints_nothing_and_its_interrupts_still_stop_the_run(
 
     with pytest.raises(KeyboardInterrupt):
         answer_chunk([pa.table({PERSON_COLUMN: ["p1"], "d": [1.0]})], interrupted, params())
+
+
+class _LoudAnswer(float):
+    """An answer whose reading exits, prints and warns: code the function's answer runs."""
+
+    how = ""
+
+    def __float__(self) -> float:
+        if self.how == "exit":
+            raise SystemExit(2)
+        print("the answer's rows: ...")
+        warnings.warn("answer warned", UserWarning, stacklevel=1)
+        return 1.0
+
+
+def test_reading_the_answer_is_guarded_and_silenced_like_the_function(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The answer was read outside the guard: SystemExit from its __float__ ended the run, and
+    its prints and warnings appeared, on some chunks only (a library audit). Log records the
+    function emits are dropped too ("fit did not converge" on some data only)."""
+    chunk = [pa.table({PERSON_COLUMN: ["p1"], "d": [1.0]})]
+    exits, loud = _LoudAnswer(7.0), _LoudAnswer(7.0)
+    exits.how, loud.how = "exit", "loud"
+    assert answer_chunk(chunk, lambda t: exits, params()) == (50.0,)
+    assert answer_chunk(chunk, lambda t: loud, params()) == (1.0,)
+
+    def logs(table: pa.Table) -> float:
+        logging.getLogger("mylib").warning("fit did not converge on %s", table.num_rows)
+        return 2.0
+
+    with caplog.at_level(logging.DEBUG):
+        assert answer_chunk(chunk, logs, params()) == (2.0,)
+        logging.getLogger("mylib").warning("after the call: logged again")
+    assert capsys.readouterr() == ("", "")
+    assert [r.getMessage() for r in caplog.records] == ["after the call: logged again"]
 
 
 def test_vector_answers() -> None:

@@ -4,6 +4,7 @@ manifest; misuse named."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import apache_beam as beam
@@ -123,3 +124,21 @@ def test_a_mean_is_the_bounded_mean_correctly_rounded() -> None:
         return {"mean": mean | beam.Map(lambda r: r.value)}
 
     assert run_and_collect(build)["mean"] == [50 / 3]
+
+
+def test_an_exact_sum_past_the_float_range_saturates_as_a_noisy_one_does() -> None:
+    """float() of the exact sum raised OverflowError in the noise-off path (a library audit);
+    a noisy release saturates at ±max float, and so does the test hook now."""
+    rows = [{"pid": f"p{i}", "dom": "a", "s": 1e308} for i in range(3)]
+    release = exact_release(dp.Budget(epsilon=1))
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"},
+                                                          values=["s"])  # fmt: skip
+        total = people | "total" >> dp.Sum(
+            by=["dom"], value="s", bounds=[0, 1e308], max_partitions_per_person=1,
+            max_rows_per_partition=1, epsilon=1, public_partitions=["a"],
+        )  # fmt: skip
+        return {"total": total | beam.Map(lambda r: r.value)}
+
+    assert run_and_collect(build)["total"] == [sys.float_info.max]

@@ -182,6 +182,8 @@ def sanitize_answer(raw: object, dimension: int, default: Answer) -> Answer:
     """
     try:
         answer = _as_answer(raw, dimension)
-    except Exception:  # any failure of a user object (e.g. __float__ raising) → the default
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # any failure of a user object (__float__ raising, even SystemExit)
         return default
     return default if answer is None else answer
