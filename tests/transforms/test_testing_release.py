@@ -108,37 +108,31 @@ def test_loopback_workers_are_local() -> None:
     _ = p | beam.Create(ROWS) | release.ByPerson("pid", keys={"dom": "string"})
 
 
-def test_a_mean_is_the_bounded_mean_correctly_rounded() -> None:
-    """mid + Σ(v − mid)/n in floats is 16.666666666666686 for 10, 20, 20; the hook's mean is
-    the exact ratio 50/3 rounded once, so a test can compare it with ==."""
-    rows = [{"pid": p, "dom": "a", "s": s} for p, s in (("ann", 10.0), ("bob", 20.0), ("cy", 20.0))]
+def exact_per_domain(metric: Any, values: list[float], bounds: list[float]) -> list[float]:
+    """The noise-off value of ``metric`` (Mean or Sum) over one domain, one row per person."""
+    rows = [{"pid": f"p{i}", "dom": "a", "s": v} for i, v in enumerate(values)]
     release = exact_release(dp.Budget(epsilon=1))
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
         people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"},
                                                           values=["s"])  # fmt: skip
-        mean = people | "mean" >> dp.Mean(
-            by=["dom"], value="s", bounds=[0, 600], max_partitions_per_person=1,
+        out = people | "stat" >> metric(
+            by=["dom"], value="s", bounds=bounds, max_partitions_per_person=1,
             max_rows_per_partition=1, epsilon=1, public_partitions=["a"],
         )  # fmt: skip
-        return {"mean": mean | beam.Map(lambda r: r.value)}
+        return {"value": out | beam.Map(lambda r: r.value)}
 
-    assert run_and_collect(build)["mean"] == [50 / 3]
+    value: list[float] = run_and_collect(build)["value"]
+    return value
+
+
+def test_a_mean_is_the_bounded_mean_correctly_rounded() -> None:
+    """mid + Σ(v − mid)/n in floats is 16.666666666666686 for 10, 20, 20; the hook's mean is
+    the exact ratio 50/3 rounded once, so a test can compare it with ==."""
+    assert exact_per_domain(dp.Mean, [10.0, 20.0, 20.0], [0, 600]) == [50 / 3]
 
 
 def test_an_exact_sum_past_the_float_range_saturates_as_a_noisy_one_does() -> None:
     """float() of the exact sum raised OverflowError in the noise-off path (a library audit);
     a noisy release saturates at ±max float, and so does the test hook now."""
-    rows = [{"pid": f"p{i}", "dom": "a", "s": 1e308} for i in range(3)]
-    release = exact_release(dp.Budget(epsilon=1))
-
-    def build(p: beam.Pipeline) -> dict[str, Any]:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"},
-                                                          values=["s"])  # fmt: skip
-        total = people | "total" >> dp.Sum(
-            by=["dom"], value="s", bounds=[0, 1e308], max_partitions_per_person=1,
-            max_rows_per_partition=1, epsilon=1, public_partitions=["a"],
-        )  # fmt: skip
-        return {"total": total | beam.Map(lambda r: r.value)}
-
-    assert run_and_collect(build)["total"] == [sys.float_info.max]
+    assert exact_per_domain(dp.Sum, [1e308] * 3, [0, 1e308]) == [sys.float_info.max]
