@@ -29,9 +29,11 @@ __all__ = ["bytes_to_text", "checked_text", "malformed_rows", "records_to_table"
 def _text(value: Any) -> str:
     """A value's text for its dead letter (the operator's only): JSON where the value has one,
     else its repr. Never raises: which rows hold a bytes, Decimal or date value is data, so
-    failing on one would make the run's outcome depend on a person."""
-    if isinstance(value, str):
-        return value
+    failing on one would make the run's outcome depend on a person. (``type(value)``, never
+    ``isinstance``: that reads ``value.__class__``, which a user's object may raise in.)"""
+    if issubclass(type(value), str):
+        text: str = value  # as it is: a subclass's __str__ is the user's code
+        return text
     try:
         return json.dumps(value)
     except KeyboardInterrupt:
@@ -39,7 +41,7 @@ def _text(value: Any) -> str:
     except RecursionError:
         return "<too deeply nested>"
     except ValueError:  # an int past Python's 4,300-digit text limit (or one inside), a cycle
-        if isinstance(value, int):  # no int64 holds it: its row is a dead letter in any case
+        if issubclass(type(value), int):  # no int64 holds it: its row is a dead letter anyway
             return f"<an integer of {value.bit_length()} bits>"
     except BaseException:  # no JSON form (bytes, Decimal, dates, sets), or a user's object
         pass  # whose conversion raised — even SystemExit
@@ -172,19 +174,24 @@ def records_to_table(
             values, reason = _record_values(record, schema, target, absent_is_named)
         except KeyboardInterrupt:
             raise
-        except BaseException:  # a user's object whose float(), str, … raises (even SystemExit):
-            values, reason = [None] * len(schema.columns), "malformed record"  # its row only
+        # A user's object whose float(), str, … raises (even SystemExit): its row only. A
+        # MemoryError too, deliberately: re-raised, whether the step fails would follow the
+        # size of one person's values; caught, the row is a dead letter for the operator.
+        except BaseException:
+            values, reason = [None] * len(schema.columns), "malformed record"
             unreadable.add(i)
         for name, value in zip(schema.columns, values, strict=True):
             cols[name].append(value)
         rejects.append(reason)
     arrays = {c: pa.array(v, type=pa.string()) for c, v in cols.items()}
     arrays[REJECT_COLUMN] = pa.array(rejects, type=pa.string())
-    if unreadable or any(not isinstance(r, dict) for r in records):  # their text goes with
-        raw = lines if lines is not None else [None] * len(records)  # their dead letters
+    # type(r), not isinstance: isinstance reads r.__class__, which a user's object may raise in
+    mapped = [issubclass(type(r), dict) for r in records]
+    if unreadable or not all(mapped):  # their text goes with their dead letters
+        raw = lines if lines is not None else [None] * len(records)
         texts = [
             None
-            if isinstance(r, dict) and i not in unreadable
+            if mapped[i] and i not in unreadable
             else _text(r)  # a library row that is not a mapping (or not readable): as sent
             if x is None
             else x.decode("utf-8", "backslashreplace")
@@ -199,8 +206,9 @@ def _record_values(
 ) -> tuple[list[str | None], str | None]:
     """One record's column texts and its reject reason (None: a good row), by the rules of
     :func:`records_to_table`. May raise on a user's object; the caller catches it."""
-    reason: str | None = None if isinstance(record, dict) else "malformed record"
-    row = record if isinstance(record, dict) else {}
+    mapped = issubclass(type(record), dict)
+    reason: str | None = None if mapped else "malformed record"
+    row = record if mapped else {}
     out: list[str | None] = []
     for name in schema.columns:
         if absent_is_named and reason is None and name not in row:

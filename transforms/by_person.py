@@ -115,8 +115,33 @@ def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
             elif not (have == expected or (expected == "float" and have == "integer")):
                 fits = False
     if not fits:
-        return records_to_table(table.to_pylist(), schema, absent_is_named=True)
+        return records_to_table(_rows(table, schema.columns), schema, absent_is_named=True)
     return checked_text(table)  # bytes that are not UTF-8: dead letters, as in a job's Parquet
+
+
+class _Unconvertible:
+    """A value Arrow cannot give as a Python object (a timestamp past Python's range, say):
+    of no declared type, so its row is a dead letter, shown as its Arrow type."""
+
+    def __init__(self, arrow_type: pa.DataType) -> None:
+        self._type = str(arrow_type)
+
+    def __repr__(self) -> str:
+        return f"<a {self._type} value>"
+
+
+def _rows(table: pa.Table, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The declared columns a table has, as Python rows (the others are never converted); a
+    column whose values Arrow cannot convert gives each row an :class:`_Unconvertible`."""
+    present = [c for c in columns if c in table.column_names]
+    values: dict[str, list[Any]] = {}
+    for name in present:
+        column = table.column(name)
+        try:
+            values[name] = column.to_pylist()
+        except Exception:  # e.g. OverflowError: a date32 or timestamp past Python's range
+            values[name] = [_Unconvertible(column.type)] * table.num_rows
+    return [{c: values[c][i] for c in present} for i in range(table.num_rows)]
 
 
 class _ToRawTables(beam.DoFn):

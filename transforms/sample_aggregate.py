@@ -28,10 +28,6 @@ The function is trusted operator code: its own prints, logs or side effects are 
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -57,6 +53,7 @@ from .mechanisms.chunk_functions import (
 )
 from .mechanisms.sample_aggregate import SampleAggregateParams
 from .person_hashing import person_shards
+from .quiet import quiet
 
 NOISE_LABEL = "sample_aggregate"
 
@@ -103,24 +100,12 @@ def answer_chunk(
     if table is None:
         return default
     try:
-        # Silenced: a warning the function raises on some data (NumPy's "overflow encountered"
-        # on huge values, say) would print on the worker only when those data are there. Its
-        # non-finite answer becomes the default below, as a failure does. (np.errstate is per
-        # thread; the warnings filter is process-wide, so this may also hide a concurrent
-        # thread's warnings for a moment: it only ever removes output.)
-        # Its prints are dropped too (they could quote the chunk's rows, and appear only when
-        # those rows are there); output written below Python, to the file descriptors, is not.
-        # Its log records are dropped the same way (a library reports "fit did not converge"
-        # through logging, on some data only; process-wide, like the warnings filter). The
-        # answer is read inside the same guard: reading it runs its own code (__float__, …).
-        with (
-            warnings.catch_warnings(),
-            np.errstate(all="ignore"),
-            contextlib.redirect_stdout(io.StringIO()),
-            contextlib.redirect_stderr(io.StringIO()),
-            _logging_off(),
-        ):
-            warnings.simplefilter("ignore")
+        # Silenced (.quiet): a warning the function raises on some data (NumPy's "overflow
+        # encountered" on huge values, say), its prints (they could quote the chunk's rows) and
+        # its log records ("fit did not converge") would appear only when those data are there.
+        # A non-finite answer becomes the default below, as a failure does. The answer is read
+        # inside the same guard: reading it runs its own code (__float__, …).
+        with np.errstate(all="ignore"), quiet():  # errstate is per thread; quiet counts them
             raw = function(table.to_pandas() if params.input_kind == "pandas" else table)
             return sanitize_answer(raw, params.dimension, default)
     # The function's failure is replaced, never reported (it is data) — whatever it raises:
@@ -131,17 +116,6 @@ def answer_chunk(
         raise
     except BaseException:
         return default
-
-
-@contextlib.contextmanager
-def _logging_off() -> Iterator[None]:
-    """Every log record dropped while the block runs (``logging.disable``), then as before."""
-    before = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logging.disable(before)
 
 
 def chunk_answers(

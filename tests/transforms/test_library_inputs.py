@@ -22,6 +22,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import userdp.transforms as dp
 from tests.beam_collect import run_and_collect
+from userdp.pipelines.input_files import InputSchema
+from userdp.pipelines.raw_records import records_to_table
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
@@ -198,6 +200,30 @@ class _GoneMapping(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return 3
+
+
+class _HostileClass:
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:  # isinstance() reads it
+        raise RuntimeError("boom")
+
+
+def test_a_row_whose_class_raises_is_a_malformed_record() -> None:
+    """records_to_table asked isinstance(row, dict) outside its guard (a review). Beam's own
+    coders cannot send such an object between steps, so the reader is called directly."""
+    schema = InputSchema("beam", (), "pid", "int", (("k", pa.string()),), ("v",))
+    table = records_to_table([{"pid": 1, "k": "x", "v": 1.0}, _HostileClass()], schema)
+    assert table.column("__reject__").to_pylist() == [None, "malformed record"]
+
+
+def test_an_arrow_batch_read_row_by_row_converts_only_declared_columns() -> None:
+    """A batch missing a declared column fell back to to_pylist() of every column, and an
+    undeclared date past Python's range raised (a review); a declared one is a dead letter."""
+    far = pa.array([2**31 - 1], pa.date32())  # year ~5.8 million: no Python date holds it
+    missing_v = pa.table({"pid": [9], "k": ["x"], "when": far})
+    assert _arrow_people(missing_v) == [[0.0], ["no column 'v' in the row"]]
+    far_v = pa.table({"pid": [9], "k": ["x"], "v": far})
+    assert _arrow_people(far_v) == [[0.0], ["non-numeric value in v"]]
 
 
 def test_python_objects_that_raise_when_read_make_malformed_records() -> None:
