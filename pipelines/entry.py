@@ -73,3 +73,7 @@ def silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,6 +113,16 @@ def test_console_module_runs() -> None:
     assert "apitools" not in proc.stderr  # Beam's import notice, on every command before
 
 
+def test_the_entry_module_runs_as_a_script() -> None:
+    """``python -m userdp.pipelines.entry`` is how tests and the workers' launcher start the
+    command; its ``__main__`` block went missing once (caught only by a slow test)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "userdp.pipelines.entry", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "usage: userdp" in proc.stdout, proc.stderr
+
+
 def test_a_reader_that_closes_stdout_early_gets_exit_141_and_no_traceback() -> None:
     """``userdp plan JOB | head``: the reader is gone when plan prints (a docs audit saw a
     BrokenPipeError traceback); the console script ends with 141, as a shell's SIGPIPE."""
