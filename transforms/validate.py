@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import PERSON_COLUMN, RAW_LINE_COLUMN, REJECT_COLUMN, is_reserved_column
+from .person_hashing import is_text_type
 
 CLEAN = "clean"
 DEAD_LETTER = "dead_letter"
@@ -83,7 +84,7 @@ def decoded(column: Any) -> Any:
 
 
 def _is_text(array: pa.ChunkedArray) -> bool:
-    return bool(pa.types.is_string(array.type) or pa.types.is_large_string(array.type))
+    return is_text_type(array.type)
 
 
 def _mask(array: Any) -> np.ndarray:
