@@ -65,7 +65,8 @@ def reduce_per_person(
     rows +inf and −inf has a sum in the bounds, not NaN, and no data value can make the mechanism
     after this step raise (issue 12; a crash that depends on one person is an observable). A
     per-person sum is therefore Σ clamp(x) clamped, not clamp(Σ x): a deterministic function of
-    the person's own rows, which is all the mechanisms need (one person → one value).
+    the person's own rows, which is all the mechanisms need (one person → one value): the same
+    bits whatever the order of the rows or of the shard's chunks (summed in sorted order).
     """
     check_reduction(reduction, value)
     if table.num_rows == 0:
@@ -78,7 +79,15 @@ def reduce_per_person(
         lower, upper = _checked(bounds)
         clamped = pc.min_element_wise(pc.max_element_wise(selected[column], lower), upper)
         selected = selected.set_column(selected.column_names.index(column), column, clamped)
-    agg = selected.group_by(PERSON_COLUMN).aggregate([(column, _AGGREGATE[reduction])])
+    if reduction in _ORDER_SENSITIVE:
+        # A float sum depends on the order of its terms, and Arrow's threaded hash aggregate
+        # adds a person's rows in whatever order its threads and the shard's chunks (the
+        # shuffle's batching, which other persons move) give them. Sorted by value and summed
+        # on one thread, a person's sum is a function of their own multiset of values.
+        selected = selected.take(pc.sort_indices(selected[column]))
+    agg = selected.group_by(PERSON_COLUMN, use_threads=False).aggregate(
+        [(column, _AGGREGATE[reduction])]
+    )
     out: F64 = np.asarray(
         pc.cast(agg.column(f"{column}_{_AGGREGATE[reduction]}"), pa.float64()).to_numpy(
             zero_copy_only=False
@@ -93,6 +102,7 @@ def reduce_per_person(
 
 
 _CLAMPED = frozenset({"sum", "mean", "max", "min"})
+_ORDER_SENSITIVE = frozenset({"sum", "mean"})  # float addition is not associative
 
 
 def _checked(bounds: tuple[float, float]) -> tuple[float, float]:

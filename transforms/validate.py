@@ -143,6 +143,10 @@ def _canonical_person(
     """The person-id rule (module docstring); appends the rows it rejects to ``reasons``."""
     ids = table.column(person)
     reasons.append((~_mask(pc.is_valid(ids)), "null or empty person id"))
+    if pa.types.is_uint64(ids.type):  # past int64: a mismatch, as the same id in text is
+        big = pc.greater(ids, pa.scalar(2**63 - 1, pa.uint64()))
+        reasons.append((_mask(big), "person id type mismatch"))
+        return pc.cast(ids, CLEAN_TEXT)
     if pa.types.is_integer(ids.type):
         return pc.cast(ids, CLEAN_TEXT)
     if pa.types.is_null(ids.type):  # a file whose ids are all null (pyarrow typed it null)

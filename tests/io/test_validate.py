@@ -114,6 +114,18 @@ def test_a_uint64_key_past_int64_and_an_all_null_person_column_are_dead_letters(
         assert [d["reason"] for d in dead] == ["null or empty person id"] * 3
 
 
+def test_a_uint64_person_id_past_int64_is_a_mismatch_as_its_text_is() -> None:
+    """The rule for int person ids is int64 (text ids of 20 digits are mismatches): a Parquet
+    or Arrow uint64 id above 2^63 - 1 is the same dead letter, not a person."""
+    ids = pa.array([2**64 - 1, 5, 2**63 - 1], pa.uint64())
+    table = pa.table({"person_id": ids, "domain": ["a"] * 3, "duration_s": [1.0] * 3})
+    clean, dead = _split(table, "int")
+    assert clean.column("__person__").to_pylist() == ["5", str(2**63 - 1)]
+    assert [d["reason"] for d in dead] == ["person id type mismatch"]
+    text = pa.table({"person_id": [str(2**64 - 1)], "domain": ["a"], "duration_s": [1.0]})
+    assert [d["reason"] for d in _split(text, "int")[1]] == ["person id type mismatch"]
+
+
 def test_constructor_validates() -> None:
     with pytest.raises(ValueError, match="person_type must be 'int' or 'string', received 'float'"):
         ValidateRows("p", "float")

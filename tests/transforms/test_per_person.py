@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from typing import Any
@@ -131,3 +132,32 @@ def test_bounds_misuse() -> None:
         reduce_per_person(table, "sum", "v", bounds=(1.0, 0.0))
     with pytest.raises(ValueError, match="bounds must be finite with lower <= upper"):
         PerPersonValues("sum", "v", KEY, 4, bounds=(0.0, math.inf))  # checked when built
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_a_float_sum_does_not_depend_on_the_order_of_rows_or_chunks(reduction: str) -> None:
+    """The same bits for every order of a person's rows and every chunking of the shard's table
+    (the shuffle's batching, which other persons move): float addition is not associative, so
+    [1e16, 1, 1] and [1, 1, 1e16] summed as they come differ in the last place."""
+    gen = np.random.default_rng(7)  # not noise: test data (row orders and chunk sizes)
+    magnitudes = [1e16, 1.0, 1.0, 3.0, 1e-3, 7e15, 0.5]
+    persons = [f"p{i % 40}" for i in range(4000)]
+    values = [magnitudes[int(gen.integers(0, len(magnitudes)))] for _ in persons]
+    outcomes = set()
+    for trial in range(6):
+        order = gen.permutation(len(persons)) if trial else np.arange(len(persons))
+        table = pa.table(
+            {PERSON_COLUMN: [persons[i] for i in order], "v": [values[i] for i in order]}
+        )
+        cuts = sorted({0, len(persons), *gen.integers(1, len(persons), trial * 8).tolist()})
+        chunked = pa.concat_tables(table.slice(a, b - a) for a, b in itertools.pairwise(cuts))
+        got = reduce_per_person(chunked, reduction, "v", bounds=(0.0, 1e18))
+        outcomes.add(tuple(sorted(got.tolist())))
+    assert len(outcomes) == 1
+    small = pa.table({PERSON_COLUMN: ["a"] * 3, "v": [1e16, 1.0, 1.0]})
+    flipped = pa.table({PERSON_COLUMN: ["a"] * 3, "v": [1.0, 1.0, 1e16]})
+    bounds = (0.0, 1e17)
+    assert (
+        reduce_per_person(small, reduction, "v", bounds).tolist()
+        == reduce_per_person(flipped, reduction, "v", bounds).tolist()
+    )
