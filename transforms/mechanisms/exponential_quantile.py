@@ -51,7 +51,11 @@ TAIL = Fraction(80)  # runs with exponent above this are drawn by rejection (_sa
 
 @dataclass(frozen=True)
 class ExponentialQuantile:
-    """Pure ε-DP q-quantile on a grid of [lower, upper], 2^grid_bits cells (module docstring)."""
+    """The q-quantile on a grid of [lower, upper], 2^grid_bits cells.
+
+    Guarantee: pure ε-DP (and ε²/8-zCDP) for adding or removing one person's value; proof in the
+    module docstring (McSherry & Talwar 2007), derivation ``docs/local_sensitivity.md`` §13.
+    """
 
     q: Fraction
     lower: float

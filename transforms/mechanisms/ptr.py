@@ -131,6 +131,9 @@ class PTRCalibration:
     ``threshold`` is T for the test at ε/2 and δ; ``mechanism`` adds Laplace(b/(ε/2)) exactly;
     ``test_bound`` is b rounded down to a float, for comparing float gaps (so a gap that passes
     as < test_bound is < b exactly).
+
+    Guarantee of a release made with it: (ε, δ)-DP for add/remove one person (seed
+    ``lecture-ptr-lln-stability.txt``, Proposition 15.5; module docstring).
     """
 
     epsilon: Fraction

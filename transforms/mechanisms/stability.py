@@ -74,7 +74,8 @@ class StableTopPartition:
     """Releases the partition with the most persons, or ⊥ when that answer is not stable.
 
     Guarantee: (ε, δ)-DP for add/remove one person, for person counts computed after
-    contribution bounding (any L): module docstring. ``release`` returns the key or None (⊥).
+    contribution bounding (any L): proof in the module docstring (seed
+    ``lecture-ptr-lln-stability.txt`` §15.1.4). ``release`` returns the key or None (⊥).
     """
 
     epsilon: Fraction
