@@ -105,5 +105,6 @@ def test_errors_exit_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFix
     assert "scope 'logs' is capped in zcdp amounts" in capsys.readouterr().err
     assert userdp(["ledger", "show", "--scope", "other"]) == 2
     assert "scope 'other' is not in the ledger" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # argparse: a cap is ε or ρ, not both
+    with pytest.raises(SystemExit, match=r"^2$"):  # argparse: a cap is ε or ρ, not both
         userdp(["ledger", "set-cap", "--scope", "logs", "--rho", "1", "--epsilon", "1"])
+    assert "not allowed with argument" in capsys.readouterr().err

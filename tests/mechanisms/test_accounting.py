@@ -67,7 +67,7 @@ def test_values_pickle_for_beam_workers() -> None:
 
 
 def test_values_are_frozen() -> None:
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'epsilon'"):
         PureDP(1).epsilon = Fraction(2)  # type: ignore[misc]
 
 

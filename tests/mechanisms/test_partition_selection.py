@@ -345,7 +345,7 @@ ALL_RULES: list[Callable[..., Rule]] = [
 def test_frozen_and_picklable(make: Callable[..., Rule]) -> None:
     rule = make(1, 1e-5, 2)
     assert pickle.loads(pickle.dumps(rule)) == rule
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'delta'"):
         rule.delta = Fraction(1, 2)  # type: ignore[misc]
 
 

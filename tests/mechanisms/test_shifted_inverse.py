@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections import Counter
 from fractions import Fraction
 
@@ -374,8 +373,9 @@ def test_binary_search_frequencies_match_with_controls(
 
 
 @pytest.mark.parametrize("search", ["exponential", "binary"])
-def test_huge_grid_is_fast_and_accurate(search: str) -> None:
-    # |Y| = 2^40 + 1 is never enumerated. 1000 persons with 1–7 rows; with β = 10^-3 every one of
+def test_huge_grid_is_accurate(search: str) -> None:
+    # |Y| = 2^40 + 1 is never enumerated (if it were, this test would not end; its speed is
+    # benchmarks/shifted_inverse.py's). 1000 persons with 1–7 rows; with β = 10^-3 every one of
     # 20 draws lies in [f(x, 2τ), f(x)] (each misses with probability ≤ β).
     p = ShiftedInverseParams(
         upper=2**40,
@@ -387,8 +387,6 @@ def test_huge_grid_is_fast_and_accurate(search: str) -> None:
     totals = [1 + (i * 7919) % 7 for i in range(1000)]
     down = _down(totals, p)
     low, high = down[2 * p.tau], down[0]
-    start = time.perf_counter()
     for i in range(20):
         y = shifted_inverse(down, p, KeyedRng(TEST_SECRET, "huge", search, i))
         assert low <= y <= high
-    assert time.perf_counter() - start < 5.0

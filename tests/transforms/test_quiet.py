@@ -55,6 +55,6 @@ def test_inside_nothing_is_printed_warned_or_logged(
 
 def test_an_exception_inside_still_restores() -> None:
     before = (sys.stdout, logging.root.manager.disable)
-    with pytest.raises(SystemExit), quiet():
+    with pytest.raises(SystemExit, match=r"^1$"), quiet():
         raise SystemExit(1)
     assert (sys.stdout, logging.root.manager.disable) == before

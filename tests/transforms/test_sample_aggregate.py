@@ -203,9 +203,9 @@ def test_a_function_prints_nothing_and_its_interrupts_still_stop_the_run(
     assert capsys.readouterr() == ("", "")
 
     def interrupted(table: pa.Table) -> float:
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("the operator's Ctrl-C")
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="the operator's Ctrl-C"):
         answer_chunk([pa.table({PERSON_COLUMN: ["p1"], "d": [1.0]})], interrupted, params())
 
 
