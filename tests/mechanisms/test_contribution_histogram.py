@@ -92,3 +92,27 @@ def test_the_noise_allows_one_rounding_per_cell() -> None:
         [v for row in exact for v in row], KeyedRng(SECRET, "grid")
     )
     assert [v for row in noisy for v in row] == flat
+
+
+def test_the_noise_is_added_to_an_exact_histogram_at_any_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ~2^27 in a cell, float sums of n/P round: one person (P = 5) beside 6.6e8 pairs of
+    P = 5 and 8.2e8 of P = 6 moved the float histogram by 1 + 3e-8 in L1, more than the noise
+    allows (a review's case). What the noise is added to moves by exactly 1."""
+    seen: list[list[float | Fraction]] = []
+
+    def capture(self: LaplaceMechanism, values: list[float | Fraction], rng: KeyedRng) -> list:
+        seen.append(list(values))
+        return [0.0] * len(values)
+
+    monkeypatch.setattr(LaplaceMechanism, "release_vector", capture)
+    h = ContributionHistograms(epsilon=Fraction(1, 40), max_exponent=8)
+    base = {(5, 0): 655_871_080, (6, 0): 823_567_439}
+    for pairs in (base, {**base, (5, 0): base[5, 0] + 5}):  # + one person touching 5 partitions
+        h.add_noise(h.pair_sums(pairs), KeyedRng(SECRET, "big"))
+    change = sum(abs(Fraction(a) - Fraction(b)) for a, b in zip(*seen, strict=True))
+    assert change == 1
+    assert h.from_pair_counts(base)[h.bucket(5)][0] == float(
+        Fraction(655_871_080, 5) + Fraction(823_567_439, 6)
+    )  # the float form: the exact cell, rounded once

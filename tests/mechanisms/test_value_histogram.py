@@ -113,3 +113,24 @@ def test_the_noise_allows_one_rounding_per_bucket() -> None:
     vector = LaplaceMechanism(1.0, 0.1, dimension=h.size)
     assert noisy == vector.release_vector(exact, KeyedRng(SECRET, "grid"))
     assert vector.scale > LaplaceMechanism(1.0, 0.1).scale  # the size·g inflation
+
+
+def test_the_noise_is_added_to_an_exact_histogram_at_any_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Float sums of c/n round once a bucket is large: one person with 9 values in a bucket
+    near 2^31 moved the float histogram by 1 + 2^-22 in L1. What the noise is added to moves by
+    exactly 1."""
+    seen: list[list[float | Fraction]] = []
+
+    def capture(self: LaplaceMechanism, values: list[float | Fraction], rng: KeyedRng) -> list:
+        seen.append(list(values))
+        return [0.0] * len(values)
+
+    monkeypatch.setattr(LaplaceMechanism, "release_vector", capture)
+    h = ValueHistogram(epsilon=Fraction(1, 40))
+    b = h.bucket(3.0)
+    base = {(3, b): 1_610_612_739, (9, b): 14_495_514_610, (3, b + 1): 1}
+    for counts in (base, {**base, (9, b): base[9, b] + 9}):
+        h.add_noise(h.value_sums(counts), KeyedRng(SECRET, "big"))
+    assert sum(abs(Fraction(x) - Fraction(y)) for x, y in zip(*seen, strict=True)) == 1

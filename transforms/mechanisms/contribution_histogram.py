@@ -25,8 +25,9 @@ once instead would let one person move the histogram by P: the negative control 
 cells exist reveals nothing.
 
 Exactness. The Beam side counts pairs per (exact P, bucket of r) — integers, summed in any order —
-and :meth:`ContributionHistograms.from_pair_counts` divides by P in a fixed order, so a re-run
-gives the same histogram to the last bit.
+and :meth:`ContributionHistograms.pair_sums` adds the n/P as fractions, so the histogram the noise
+is added to moves by exactly 1 when a person comes or goes (float sums could move it by more) and
+a re-run gives the same histogram to the last bit.
 """
 
 from __future__ import annotations
@@ -119,22 +120,28 @@ class ContributionHistograms:
                 out[cell] = out.get(cell, 0) + 1
         return out
 
-    def from_pair_counts(self, pairs: Mapping[tuple[int, int], int]) -> Grid:
-        """The exact joint histogram (rows: bucket of P; columns: bucket of r): not private."""
-        grid = [[0.0] * self.size for _ in range(self.size)]
-        for (p, rb), n in sorted(pairs.items()):  # a fixed order: the same floats every run
+    def pair_sums(self, pairs: Mapping[tuple[int, int], int]) -> list[list[Fraction]]:
+        """The exact joint histogram (rows: bucket of P; columns: bucket of r) as fractions: not
+        private. Exact because the noise is calibrated to a person moving it by exactly 1 in L1:
+        sums of n/P rounded as floats can move it by more once a cell passes ~2^27."""
+        grid = [[Fraction(0)] * self.size for _ in range(self.size)]
+        for (p, rb), n in pairs.items():
             _count(p, "P")
             _count(n, "a pair count")
             if not 0 <= rb < self.size:
                 raise ValueError(f"bucket {rb} is outside [0, {self.size})")
-            grid[self.bucket(p)][rb] += n / p
+            grid[self.bucket(p)][rb] += Fraction(n, p)
         return grid
+
+    def from_pair_counts(self, pairs: Mapping[tuple[int, int], int]) -> Grid:
+        """:meth:`pair_sums` with each cell rounded once to a float: not private."""
+        return [[float(v) for v in row] for row in self.pair_sums(pairs)]
 
     def exact(self, persons: Iterable[Sequence[int]]) -> Grid:
         """The joint histogram of ``persons`` (see :meth:`pair_counts`): not private."""
         return self.from_pair_counts(self.pair_counts(persons))
 
-    def add_noise(self, exact: Grid, rng: KeyedRng) -> Grid:
+    def add_noise(self, exact: Sequence[Sequence[float | Fraction]], rng: KeyedRng) -> Grid:
         """Laplace(1/ε) on every cell, row by row: pure ε-DP (module docstring)."""
         if len(exact) != self.size or any(len(row) != self.size for row in exact):
             raise ValueError(f"expected a {self.size}×{self.size} histogram")
@@ -148,7 +155,7 @@ class ContributionHistograms:
 
     def release(self, persons: Iterable[Sequence[int]], rng: KeyedRng) -> Grid:
         """The joint histogram with Laplace(1/ε) on every cell: pure ε-DP."""
-        return self.add_noise(self.exact(persons), rng)
+        return self.add_noise(self.pair_sums(self.pair_counts(persons)), rng)
 
     @staticmethod
     def partitions_per_person(grid: Grid) -> list[float]:

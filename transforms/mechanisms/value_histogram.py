@@ -11,7 +11,7 @@ L1 norm exactly 1 (n weights of 1/n), so Laplace(1/ε) on every bucket of the fi
 Laplace mechanism on global sensitivity (seed ``calibrating-noise-dmns06.txt``; brute force and
 audit: ``tests/mechanisms/test_value_histogram.py``). Counting rows instead of weighing them
 would let one person move it by n. As in :mod:`.contribution_histogram`, the Beam side counts
-values per (n, bucket) as integers and :meth:`ValueHistogram.from_counts` divides in a fixed order.
+values per (n, bucket) as integers and :meth:`ValueHistogram.value_sums` adds the c/n as fractions.
 """
 
 from __future__ import annotations
@@ -101,21 +101,26 @@ class ValueHistogram:
                 out[cell] = out.get(cell, 0) + 1
         return out
 
-    def from_counts(self, counts: Mapping[tuple[int, int], int]) -> list[float]:
-        """The exact histogram (weights 1/n): not private."""
-        hist = [0.0] * self.size
-        for (n, b), c in sorted(counts.items()):  # a fixed order: the same floats every run
+    def value_sums(self, counts: Mapping[tuple[int, int], int]) -> list[Fraction]:
+        """The exact histogram (weights 1/n) as fractions, so that a person moves it by exactly
+        1 in L1, as the noise assumes (float sums can move it by more): not private."""
+        hist = [Fraction(0)] * self.size
+        for (n, b), c in counts.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
                 raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
             if not 0 <= b < self.size:
                 raise ValueError(f"bucket {b} is outside [0, {self.size})")
-            hist[b] += c / n
+            hist[b] += Fraction(c, n)
         return hist
+
+    def from_counts(self, counts: Mapping[tuple[int, int], int]) -> list[float]:
+        """:meth:`value_sums` with each bucket rounded once to a float: not private."""
+        return [float(v) for v in self.value_sums(counts)]
 
     def exact(self, persons: Iterable[Sequence[float]]) -> list[float]:
         return self.from_counts(self.counts(persons))
 
-    def add_noise(self, exact: Sequence[float], rng: KeyedRng) -> list[float]:
+    def add_noise(self, exact: Sequence[float | Fraction], rng: KeyedRng) -> list[float]:
         """Laplace(1/ε) on every bucket: pure ε-DP (module docstring)."""
         if len(exact) != self.size:
             raise ValueError(f"expected a histogram of {self.size} buckets, got {len(exact)}")
@@ -125,7 +130,7 @@ class ValueHistogram:
         return LaplaceMechanism(1.0, eps, dimension=self.size).release_vector(exact, rng)
 
     def release(self, persons: Iterable[Sequence[float]], rng: KeyedRng) -> list[float]:
-        return self.add_noise(self.exact(persons), rng)
+        return self.add_noise(self.value_sums(self.counts(persons)), rng)
 
     def bound_candidates(self) -> tuple[list[float], list[float]]:
         """(lower candidates ≤ 0, upper candidates ≥ 0): 0 and the grid's edges on each side."""
