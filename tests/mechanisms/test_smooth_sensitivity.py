@@ -166,8 +166,10 @@ def test_large_inputs_stay_in_log_space() -> None:
 def test_cauchy_rule() -> None:
     noise = ss.CauchyNoise(1.0)
     assert noise.gamma == ss.DEFAULT_GAMMA == 4.0
-    assert noise.beta == pytest.approx(1 / 10, rel=1e-11) and noise.beta <= 1 / 10
-    assert noise.multiplier == pytest.approx(10.0, rel=1e-11) and noise.multiplier >= 10.0
+    calibrated = 1.0 - ss.FLOAT_SLACK  # ε set aside for the float release
+    assert noise.beta == pytest.approx(calibrated / 10, rel=1e-11) and noise.beta <= calibrated / 10
+    assert noise.multiplier == pytest.approx(10.0 / calibrated, rel=1e-11)
+    assert noise.multiplier >= 10.0 / calibrated
     assert noise.to_manifest()["guarantee"] == {
         "kind": "pure",
         "epsilon": 1.0,
@@ -178,12 +180,23 @@ def test_cauchy_rule() -> None:
 def test_laplace_rule_states_the_seeds_delta() -> None:
     eps, delta = 1.0, 1e-6
     noise = ss.LaplaceNoise(eps, delta)
-    # The seed's theorem: (ε, δ₀/2·(e^{ε/2} + 1))-DP with β = ε/(2 ln(2/δ₀)).
-    assert noise.delta_seed / 2 * (math.exp(eps / 2) + 1) <= delta
-    assert noise.delta_seed / 2 * (math.exp(eps / 2) + 1) == pytest.approx(delta, rel=1e-10)
-    assert noise.beta <= eps / (2 * math.log(2 / noise.delta_seed))
+    # The seed's theorem: (ε, δ₀/2·(e^{ε/2} + 1))-DP with β = ε/(2 ln(2/δ₀)), for the ε and δ
+    # left after the float release's set-aside.
+    e, d = eps - ss.FLOAT_SLACK, delta * (1 - ss.FLOAT_SLACK)
+    assert noise.delta_seed / 2 * (math.exp(e / 2) + 1) <= d
+    assert noise.delta_seed / 2 * (math.exp(e / 2) + 1) == pytest.approx(d, rel=1e-10)
+    assert noise.beta <= e / (2 * math.log(2 / noise.delta_seed))
     assert noise.beta == pytest.approx(0.0338076, rel=1e-5)
-    assert noise.multiplier == pytest.approx(2.0, rel=1e-11)
+    assert noise.multiplier == pytest.approx(2.0 / e, rel=1e-11)
+
+
+@pytest.mark.parametrize("kind", ["cauchy", "laplace"])
+def test_an_epsilon_below_two_to_the_minus_16_is_refused(kind: str) -> None:
+    """The float release's set-aside (2^−26 of ε) would be more than 2^−10 of such an ε."""
+    refused = r"epsilon 1e-05 is below 2\^-16 ≈ 1\.53e-05, the smallest this noise takes"
+    with pytest.raises(ValueError, match=refused):
+        ss.make_smooth_noise(kind, epsilon=1e-5, delta=1e-6)
+    assert ss.make_smooth_noise(kind, epsilon=2.0**-16, delta=1e-6).multiplier > 0
 
 
 def test_lln_rule_and_its_default_t() -> None:

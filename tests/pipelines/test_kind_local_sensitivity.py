@@ -177,17 +177,26 @@ def test_a_ladder_whose_noise_overflows_is_a_config_error_at_planning(
 
 
 @pytest.mark.parametrize(
-    ("budget", "noise"), [({"epsilon": 1e-5}, "cauchy"), ({"rho": 1e-12, "delta": 1e-6}, "lln")]
+    ("budget", "noise"), [({"epsilon": 2e-5}, "cauchy"), ({"rho": 1e-12, "delta": 1e-6}, "lln")]
 )
 def test_a_budget_too_small_for_the_smoothness_is_refused_at_planning(
     tmp_path: Path, budget: dict[str, float], noise: str
 ) -> None:
-    """ε = 1e-5 gives the Cauchy rule β = ε/(2(γ+1)) = 1e-6, below the smallest β the bound's
+    """ε = 2e-5 gives the Cauchy rule β = ε/(2(γ+1)) = 2e-6, below the smallest β the bound's
     rounding margin allows (3.8e-6). The plan used to pass and every release to fail, on the
     first partition it met — whatever the data, but only once the job had been charged."""
     query = {**MEDIAN, "method": "smooth_sensitivity", "noise": noise}
     with pytest.raises(ConfigError, match=r"queries\[0\] = .*beta must be .*raise the query's"):
         plan_release(parse_job(job(tmp_path, query, **budget)))
+
+
+def test_an_epsilon_too_small_for_the_float_set_aside_is_refused_at_planning(
+    tmp_path: Path,
+) -> None:
+    query = {**MEDIAN, "method": "smooth_sensitivity", "noise": "cauchy"}
+    refused = r"queries\[0\] = .*epsilon 1e-05 is below 2\^-16 ≈ 1\.53e-05"
+    with pytest.raises(ConfigError, match=refused):
+        plan_release(parse_job(job(tmp_path, query, epsilon=1e-5)))
 
 
 def test_userdp_plan_reports_an_overflowing_ladder_and_exits_2(

@@ -37,13 +37,22 @@ Residual floating-point risk — these samplers are **not** exact, unlike :mod:`
   (Cauchy-type; ideal mass there < 2^−1000) or |Y| ≈ 37.3 (LLN). Cauchy-type |z| < 2^−53 is
   not attainable, which the grid (≥ 2^−31 scales) hides.
 * The float sum value + scale·z leaks low-order bits in general (Mironov, CCS 2012, recovered
-  inputs from textbook Laplace noise this way). Snapping the sum to a power-of-two grid and
-  clamping are post-processing that remove those bits: a grid cell holds ≳ 2^21/max(1, ln|z|)
-  attainable sums, so released probabilities match those of the ideal mechanism (followed by
-  the same snapping) to a relative error of order 2^−20·max(1, ln|z|) from cell boundaries —
-  an ε slack of that order. The exception: noise of more than ~2^17 scales nearly cancelling
-  a value far from zero, where a cell may hold few attainable sums; for Cauchy-type noise this
-  has probability ≲ 2^−21·ln|z|·(scale/|value|)^(γ−1), small but not negligible as γ → 1.
+  inputs from textbook Laplace noise this way). Snapping the sum to a power-of-two grid
+  (2^−20 of the scale, coarser in proportion where |x| is larger) and clamping are
+  post-processing that remove those bits. What is left is how far a released cell's
+  probability is from the ideal mechanism's (exact noise, then the same snap and clamp). The
+  noise is formed as (scale/2)·e^(log|z|) (a few ulp relative) and added to the value with one
+  rounding; with |value| ≲ scale (smooth sensitivity centres it: |value| ≤ scale/2) and the
+  noise below the gap to the bound (≤ 2·scale; beyond it the release is the bound), each moves
+  a cell's boundaries by ~2^−51 of the scale, 2^−31 of a cell; and a cell spans a relative
+  2^−20·scale/|noise| ≥ 2^−21 of the noise, so ≥ 2^30 of the floats log|z| takes. So a cell's
+  probability is the ideal one to a relative error of order 2^−30 — measured at most 2^−32
+  at value offsets 0 and −0.3 of the scale and bounds from [0, 1] to ±8e307
+  (``tests/mechanisms/test_heavy_tailed_cells.py``): an ε slack of about twice that, 2^−29,
+  not charged. (Until stop 33 the noise was exp(ln scale + log|z|), whose rounding grows with
+  ln scale, and the grid 2^−30 of the scale: up to 2^−15 for bounds ±8e307.) A value far from
+  zero relative to the scale (not how smooth sensitivity calls this) weakens the argument near
+  zero, where a large noise nearly cancels it.
 * Rejection counts depend only on the random stream, never on the data.
 """
 
@@ -56,12 +65,15 @@ from typing import NamedTuple
 from .checks import finite_real, positive_real
 from .rng import KeyedRng
 
-GRID_BITS = 30
-"""The release grid is 2^−GRID_BITS of the scale (and of |result|), rounded down to 2^k."""
+GRID_BITS = 20
+"""The release grid is 2^−GRID_BITS of the scale (and of |result|), rounded down to 2^k: coarse
+enough that a cell spans ≥ 2^30 float sums, so float rounding moves a cell's probability by
+≲ 2^−28 of itself (module docstring), and fine enough to cost nothing (a release moves by
+≤ 2^−21 of the scale; the smooth-sensitivity noise is ≥ 2^−20 of it, times 2(γ+1)/ε)."""
 
 _MIN_NORMAL_EXP = -1022  # 2^−1022, the smallest normal float: the grid never goes below it
 _LN2 = math.log(2.0)
-_EXP_SAFE = 700.0  # exp(700) ≈ 1e304: below the float maximum with room for the sum
+_EXP_FINITE = 709.0  # exp(709) ≈ 8.2e307 is a float
 _MAX_ZERO_BITS = 1000  # fine uniforms below 2^−1000 are redrawn (probability 2^−1000)
 _STD_NORMAL = NormalDist()
 
@@ -187,27 +199,42 @@ def _grid_exponent(scale: float) -> int:
 
 
 def release_grid(scale: float) -> float:
-    """g = the largest power of two ≤ scale·2^−30, but never below 2^−1022 (smallest normal).
+    """g = the largest power of two ≤ scale·2^−20, but never below 2^−1022 (smallest normal).
 
-    Rounding to g moves a release by at most scale·2^−31, far below the noise.
+    Rounding to g moves a release by at most scale·2^−21, far below the noise.
     """
     return math.ldexp(1.0, _grid_exponent(positive_real(scale, "scale")))
 
 
 def _snap(x: float, grid_exp: int) -> float:
-    """x rounded (half to even) to a multiple of 2^k, k = max(grid_exp, ⌊log2|x|⌋ − 30).
+    """x rounded (half to even) to a multiple of 2^k, k = max(grid_exp, ⌊log2|x|⌋ − 20).
 
-    The second term keeps at most 31 significant bits when |x| is large, so a cell always holds
+    The second term keeps at most 21 significant bits when |x| is large, so a cell always holds
     many attainable sums even where the noise is far larger than the scale. Both steps are
     powers of two ≥ 2^grid_exp, so the result is a multiple of the grid g = 2^grid_exp.
     """
     _, e = math.frexp(x)
     k = max(grid_exp, e - 1 - GRID_BITS)
-    q = round(math.ldexp(x, -k))  # |q| ≤ 2^31: exact
+    q = round(math.ldexp(x, -k))  # |q| ≤ 2^21: exact
     try:
         return math.ldexp(float(q), k)
     except OverflowError:  # only when rounding up past the float maximum; the clamp follows
         return math.copysign(math.inf, x)
+
+
+def _half_noise(scale: float, log_abs: float) -> float:
+    """|noise|/2 = (scale/2)·e^(log|z|) as a float; +inf past the float range.
+
+    Formed as a product, whose relative error is a few units in the last place — not as
+    exp(ln scale + log|z|): rounding that sum loses up to ulp(ln scale) ≈ 2^−43 absolutely when
+    the scale nears the float range, a relative error of the noise that moved release cells'
+    boundaries by up to 2^−14 of a cell (module docstring, "Residual floating-point risk")."""
+    try:
+        if log_abs <= _EXP_FINITE:
+            return (scale * 0.5) * math.exp(log_abs)  # +inf past the range: the bound is reached
+        return math.exp(math.log(scale * 0.5) + log_abs)  # e^(log|z|) overflows: a tiny scale
+    except OverflowError:  # math.exp past the float range
+        return math.inf
 
 
 def release_heavy_tailed(
@@ -220,11 +247,10 @@ def release_heavy_tailed(
 ) -> float:
     """value + scale·z for a log-space noise z = (sign, log|z|), snapped and clamped.
 
-    Steps: (1) if the noise reaches the bound on its side — decided in log space, comparing
-    ln scale + log|z| with ln(bound − value) — return that bound without forming scale·z;
-    (2) otherwise x = value + sign·exp(ln scale + log|z|), computed in halves when the noise
-    exceeds e^700 so nothing overflows; (3) snap x to the grid of :func:`release_grid` (coarser,
-    2^−30·|x| rounded down to a power of two, when |x| is large); (4) clamp to [lower, upper].
+    Steps: (1) |noise|/2 = (scale/2)·e^(log|z|) (:func:`_half_noise`); if the noise reaches
+    the bound on its side, return that bound; (2) otherwise x = value + sign·|noise|, added in
+    halves so nothing overflows; (3) snap x to the grid of :func:`release_grid` (coarser,
+    2^−20·|x| rounded down to a power of two, when |x| is large); (4) clamp to [lower, upper].
     Steps 3–4 are post-processing; they discard the low-order bits of the float sum (module
     docstring). The result is a multiple of ``release_grid(scale)`` or one of the bounds, and
     never −0.0. ``value`` may lie outside [lower, upper]; it is not clamped before the noise.
@@ -253,15 +279,14 @@ def release_heavy_tailed(
     if not isinstance(log_abs, (int, float)) or math.isnan(log_abs):
         raise ValueError(f"noise log|z| must be a float (±inf allowed), got {log_abs!r}")
 
-    log_noise = math.log(s) + log_abs  # ln(scale·|z|), may be ±inf
+    half = _half_noise(s, log_abs)
     bound = hi if sign > 0 else lo
     half_gap = (hi * 0.5 - v * 0.5) if sign > 0 else (v * 0.5 - lo * 0.5)  # no overflow
-    if half_gap <= 0.0 or log_noise >= math.log(half_gap) + _LN2:
+    if half_gap <= 0.0 or half >= half_gap:
         return bound + 0.0
-    if log_noise <= _EXP_SAFE:
-        x = v + sign * math.exp(log_noise)
-    else:  # |noise| < 2·half_gap ≤ 2^1025: add the halves, then double
-        x = 2.0 * (v * 0.5 + sign * math.exp(log_noise - _LN2))
+    # |noise| < 2·half_gap: add the halves, then double (exact), so nothing overflows; the
+    # bits are those of v + sign·|noise| rounded once
+    x = 2.0 * (v * 0.5 + sign * half)
     if math.isfinite(x):
         x = _snap(x, _grid_exponent(s))
     return min(max(x, lo), hi) + 0.0  # + 0.0 turns −0.0 into 0.0

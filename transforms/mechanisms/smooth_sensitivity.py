@@ -69,6 +69,23 @@ _UP = 1.0 + 2.0**-40  # rounds a noise multiplier up
 
 _BUDGET_HINT = "every query needs a positive share of the budget"
 
+FLOAT_SLACK = 2.0**-26
+"""ε the Cauchy and Laplace noises set aside for the float release: a released cell's probability
+is the ideal one to a relative r ≈ 2^−30 (:mod:`.heavy_tailed`), which adds ln((1 + r)/(1 − r))
+≈ 2^−29 to the privacy loss; they calibrate for ε − 2^−26 (and δ·(1 − 2^−26)), so the stated ε
+and δ hold with 8× to spare. The LLN noise's ρ sets nothing aside (its docstring)."""
+_MIN_EPSILON = 2.0**-16  # below this, the set-aside would be more than 2^−10 of ε
+
+
+def _calibration_epsilon(eps: float) -> float:
+    """ε minus :data:`FLOAT_SLACK`, for a stated ε of at least 2^−16."""
+    if not eps >= _MIN_EPSILON:
+        raise ValueError(
+            f"epsilon {eps:.3g} is below 2^-16 ≈ 1.53e-05, the smallest this noise takes (it sets "
+            "2^-26 of ε aside for its float arithmetic); use a larger share"
+        )
+    return eps - FLOAT_SLACK
+
 
 @dataclass(frozen=True)
 class CauchyNoise:
@@ -76,7 +93,8 @@ class CauchyNoise:
 
     Guarantee: ε-DP for add/remove one person, given a β-smooth upper bound S on the local
     sensitivity for that relation (NRS07 via seed ``smooth-sensitivity-nrs07.txt``: the density is
-    (ε/(2(γ+1)), ε/(2(γ+1)))-admissible with δ = 0). γ > 1; γ > 3 for a finite variance.
+    (ε/(2(γ+1)), ε/(2(γ+1)))-admissible with δ = 0). γ > 1; γ > 3 for a finite variance. β and
+    the multiplier are computed for ε − :data:`FLOAT_SLACK`, which covers the float release.
     """
 
     epsilon: float
@@ -93,6 +111,7 @@ class CauchyNoise:
                 f"gamma must be > 1, got {self.gamma!r}: 1/(1+|z|^gamma) is not integrable "
                 "for gamma <= 1; the default 4 gives finite variance"
             )
+        eps = _calibration_epsilon(eps)
         object.__setattr__(self, "beta", eps / (2.0 * (g + 1.0)) * _DOWN)
         object.__setattr__(self, "multiplier", 2.0 * (g + 1.0) / eps * _UP)
 
@@ -119,7 +138,8 @@ class LaplaceNoise:
 
     Guarantee: (ε, δ)-DP for add/remove one person with ``delta`` the stated δ; the seed's
     parameter is δ₀ = 2δ/(e^{ε/2} + 1) (``delta_seed``), as its theorem gives
-    (ε, δ₀/2·(e^{ε/2} + 1)) (seed ``smooth-sensitivity-nrs07.txt``, Main result item 2).
+    (ε, δ₀/2·(e^{ε/2} + 1)) (seed ``smooth-sensitivity-nrs07.txt``, Main result item 2). It is
+    computed for ε − :data:`FLOAT_SLACK` and δ·(1 − FLOAT_SLACK), which cover the float release.
     """
 
     epsilon: float
@@ -134,6 +154,8 @@ class LaplaceNoise:
         d = positive_real(self.delta, "delta", "Laplace smooth-sensitivity noise needs δ in (0, 1)")
         if not d < 1:
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        eps = _calibration_epsilon(eps)
+        d *= 1.0 - FLOAT_SLACK  # the float release multiplies δ by at most 1 + 2^−30
         d0 = 2.0 * d / (math.exp(eps / 2.0) + 1.0) * _DOWN  # rounded down: δ stays as stated
         object.__setattr__(self, "delta_seed", d0)
         object.__setattr__(self, "beta", eps / (2.0 * math.log(2.0 / d0)) * _DOWN)
@@ -183,7 +205,10 @@ class LaplaceLogNormalNoise:
     ``lecture-ptr-lln-stability.txt``), given |f(x) − f(x')| ≤ S(x) and e^{−t}S(x) ≤ S(x') ≤
     e^t·S(x) for neighbours, which a t-smooth upper bound on the local sensitivity satisfies.
     σ solves 5(ε/t)σ³ − 5σ² − 1 = 0; s = (ε − t/σ)·e^{−3σ²/2}, rounded down. ``t`` is the
-    smoothness β, default ε/(2√5) (public: it depends on ρ only).
+    smoothness β, default ε/(2√5) (public: it depends on ρ only). Unlike the Cauchy and Laplace
+    noises, ρ sets nothing aside for the float release (:mod:`.heavy_tailed`: each released cell's
+    probability is the ideal one to a relative ~2^−30): a pointwise ratio bound does not turn into
+    a bound on every Rényi divergence of order α > 1 without a derivation we have not made.
     """
 
     rho: float
