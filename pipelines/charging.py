@@ -4,8 +4,10 @@ Only the launcher calls these (``pipelines/job.py`` and the CLI); Beam workers n
 ledger. The order in :func:`pipelines.job.run_release` is: check inputs, key files, output and
 staging locations → plan → :func:`reserve` (one serialised transaction; refuses before anything
 runs) → pipeline with the reservation's key, writing into staging → manifest (with the charge) →
-publish → :func:`complete`. A run whose pipeline fails has published nothing (its outputs were
-only staged), so :func:`cancel` takes its charge back; a run that fails while publishing keeps it.
+:func:`begin_publishing` (the ledger fixes the manifest's hash) → publish → :func:`complete`. A
+run whose pipeline fails has published nothing (its outputs were only staged), so :func:`cancel`
+takes its charge back; a run that began publishing keeps it, and every later run of its id must
+publish the same bytes.
 Re-running the same release id with the same inputs (:mod:`.release_inputs`: files, key files,
 user code, userdp's code, the secret file) costs nothing and, with the stored secret, writes the
 same bytes.
@@ -106,6 +108,14 @@ def reserve_cost(
         )
 
 
+def begin_publishing(job: JobConfig, reservation: Reservation, manifest: bytes) -> None:
+    """Fixes the bytes this release id publishes, before any file moves; refuses a run whose
+    manifest differs from the one an earlier run of the id began or finished publishing
+    (``LedgerStore.begin_publishing``)."""
+    with open_ledger(_ledger(job).location) as ledger:
+        ledger.begin_publishing(reservation.release_id, manifest_hash(manifest))
+
+
 def complete(
     job: JobConfig, reservation: Reservation, outputs: Mapping[str, str], manifest: bytes
 ) -> None:
@@ -119,13 +129,6 @@ def cancel(job: JobConfig, reservation: Reservation) -> bool:
     when the charge stays because a re-run of the same id joined it (``LedgerStore.cancel``)."""
     with open_ledger(_ledger(job).location) as ledger:
         return ledger.cancel(reservation.release_id)
-
-
-def published_manifest_hash(job: JobConfig, reservation: Reservation) -> str | None:
-    """The manifest hash recorded when this release id was completed (None: never completed)."""
-    with open_ledger(_ledger(job).location) as ledger:
-        record = ledger.release(reservation.release_id)
-    return record.manifest_hash if record is not None else None
 
 
 def manifest_hash(manifest: bytes) -> str:

@@ -12,8 +12,11 @@ Order matters and is fixed here (``run_release``):
 3. **Run** the pipeline (:mod:`.release_graph`) into a staging directory. If it fails, nothing was
    published: the staging directory is removed, and so are Beam's temporary folders of raw
    dead-letter rows; the ledger's charge is taken back (a re-run of an earlier charge keeps it).
-4. **Publish** (:mod:`.publish`): check every output, write the manifest — public facts from the
-   plan, the files' sizes and hashes, nothing computed from the data otherwise — last.
+4. **Publish** (:mod:`.publish`): check every output, have the ledger fix the manifest's hash
+   for this release id (a later run of the id that would publish other bytes is refused, even
+   if this run dies half-way through publishing), then move the outputs and write the manifest
+   — public facts from the plan, the files' sizes and hashes, nothing computed from the data
+   otherwise — last.
 
 Failures after step 1 raise :class:`ReleaseRunError`, whose message names at most a file and the
 kind of fault: library exceptions may quote data and are never shown.
@@ -43,7 +46,7 @@ from .dead_letters import (
     settle_failed_dead_letters,
 )
 from .interrupts import RunInterrupted, caused_by, interrupts_held
-from .ledger import ReleaseConflictError, Reservation
+from .ledger import Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .progress import Progress
@@ -239,20 +242,6 @@ def _manifest(
     return json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
 
 
-def _refuse_changed_rerun(job: JobConfig, reservation: Reservation | None, manifest: bytes) -> None:
-    """A re-run of a published release must write the published bytes: checked before any of
-    them is replaced (the fingerprint makes a difference a bug, never a leak)."""
-    if reservation is None or not reservation.rerun:
-        return
-    earlier = charging.published_manifest_hash(job, reservation)
-    if earlier is not None and earlier != charging.manifest_hash(manifest):
-        raise ReleaseConflictError(
-            f"release {reservation.release_id!r} re-ran but its outputs differ from the "
-            f"published ones (manifest hash {earlier}): nothing was published; this is a bug, "
-            "please report it"
-        )
-
-
 def run_release(
     job: JobConfig,
     beam_args: Sequence[str] = (),
@@ -351,15 +340,17 @@ def _publish(
     reservation: Reservation | None,
     progress: Progress,
 ) -> ReleaseResult:
-    """Steps 4–5: the report and the manifest, the re-run check, then publishing and recording
-    the charge as complete. Interrupted before publishing, the staged outputs are discarded and
-    the charge taken back (nothing left the staging directory)."""
+    """Steps 4–5: the report and the manifest, the ledger's fixing of its hash, then publishing
+    and recording the charge as complete. Interrupted before publishing, the staged outputs are
+    discarded and the charge taken back (nothing left the staging directory) unless the ledger
+    had fixed the hash: from then on the charge stays."""
     rid = reservation.release_id if reservation is not None else None
     files_text = _files_text(layout)
     try:
         report = _stage_report(c, staging, layout, job.output.format, progress)
         manifest = _manifest(c, layout, files, reservation, report)
-        _refuse_changed_rerun(job, reservation, manifest)
+        if reservation is not None:  # the ledger fixes these bytes for every run of this id
+            charging.begin_publishing(job, reservation, manifest)
     except BaseException as e:
         staging.discard()  # nothing was published: the outputs were only staged
         if isinstance(e, KeyboardInterrupt):

@@ -207,11 +207,15 @@ def _history(
 
 def _release_lines(r: ReleaseRecord) -> str:
     periods = f" periods {', '.join(r.periods)}" if r.periods else ""
+    end = ""
+    if r.completed_at:
+        end = f"; completed {r.completed_at}, manifest {r.manifest_hash}"
+    elif r.manifest_hash:  # a run began publishing and did not finish: re-run the id
+        end = f"; publishing began, manifest {r.manifest_hash} (unfinished: re-run the id)"
     lines = [
         f"{r.release_id} ({r.status}): scope {r.scope}{periods}",
         f"  cost {r.cost}; counted {r.counted}; conversion: {r.conversion}",
-        f"  reserved {r.reserved_at}"
-        + (f"; completed {r.completed_at}, manifest {r.manifest_hash}" if r.completed_at else ""),
+        f"  reserved {r.reserved_at}{end}",
         f"  config {r.config_hash}; input {r.input_fingerprint}",
     ]
     return "\n".join(lines) + "\n"

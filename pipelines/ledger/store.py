@@ -1,15 +1,17 @@
-"""The ledger protocol, written once for both databases: reserve, complete, set caps, read.
+"""The ledger protocol, written once for both databases: reserve, publish, complete, caps, read.
 
-The launcher calls :meth:`LedgerStore.reserve` before the pipeline starts and
-:meth:`LedgerStore.complete` after the outputs and the manifest are written; workers never touch
-the ledger. A reservation is one serialised write transaction (SQLite ``BEGIN IMMEDIATE``;
-PostgreSQL ``SELECT ... FOR UPDATE`` of the scope's row, which every write to the scope or its
-periods takes first), so concurrent launchers cannot both spend the last of a cap. It either
-charges the scope and every period the release reads, or refuses with the numbers and charges
-nothing. A charge is taken back (:meth:`LedgerStore.cancel`) only by the launcher that made it,
-only when its pipeline failed before anything was published, and only when no re-run of the same
-id joined it meanwhile; a run that is killed, or fails while publishing, keeps its charge (outputs
-computed under its secret may exist).
+The launcher calls :meth:`LedgerStore.reserve` before the pipeline starts,
+:meth:`~.finishing.FinishingMixin.begin_publishing` with the manifest's hash before any output
+moves (that hash then binds every run of the release id), and
+:meth:`~.finishing.FinishingMixin.complete` after the outputs and the manifest are written;
+workers never touch the ledger. A reservation is one serialised write transaction (SQLite
+``BEGIN IMMEDIATE``; PostgreSQL ``SELECT ... FOR UPDATE`` of the scope's row, which every write
+to the scope or its periods takes first), so concurrent launchers cannot both spend the last of a
+cap. It either charges the scope and every period the release reads, or refuses with the numbers
+and charges nothing. A charge is taken back (:meth:`~.finishing.FinishingMixin.cancel`) only by
+the launcher that made it, only when its pipeline failed before publishing began, and only when
+no re-run of the same id joined it meanwhile; a run that is killed, or fails while publishing,
+keeps its charge (outputs computed under its secret may exist).
 
 Release ids make re-runs idempotent: the secret (the release's noise key) is created by the
 reservation and stored with it; the same id with the same input fingerprint, config hash, scope,
@@ -33,12 +35,13 @@ from typing import Any, ClassVar, TypeVar
 
 from userdp.transforms.mechanisms.rng import new_release_secret
 
-from .errors import LedgerError, ReleaseConflictError, UnknownScopeError
+from .errors import LedgerError, UnknownScopeError
 from .fingerprint import keyed_fingerprint, new_fingerprint_key
+from .finishing import FinishingMixin
 from .migrations import MIGRATIONS_TABLE, Dialect, key_stored_fingerprint, pending, statements_for
 from .model import Amount, Cost, check_name, to_text
 from .reading import ReadingMixin, Tx, load_release, load_scope
-from .records import AccountStatus, Quote, ReleaseRecord, Reservation
+from .records import AccountStatus, Quote, Reservation
 from .rules import (
     ReleaseRequest,
     apply_cap,
@@ -46,7 +49,6 @@ from .rules import (
     check_cap_arguments,
     checked_periods,
     first_refusal,
-    manifest_hash_text,
     refuse_changed_rerun,
 )
 
@@ -59,7 +61,7 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class LedgerStore(ReadingMixin, ABC):
+class LedgerStore(FinishingMixin, ReadingMixin, ABC):
     """The budget ledger. Not thread-safe: one store object per thread or process.
 
     Args:
@@ -263,104 +265,6 @@ class LedgerStore(ReadingMixin, ABC):
             )  # fmt: skip
 
         return self._read(body)
-
-    # ------------------------------------------------------------------------------ complete
-
-    def complete(
-        self, release_id: str, outputs: Mapping[str, str], manifest_hash: str
-    ) -> ReleaseRecord:
-        """Records a finished run's outputs (name → path) and its manifest's hash.
-
-        Completing a completed release again (a re-run) is accepted only with the same manifest
-        hash and outputs: anything else means the re-run was not byte-identical.
-        """
-        rid = check_name(release_id, "release id")
-        mh = manifest_hash_text(manifest_hash)
-        outs = {str(k): str(v) for k, v in outputs.items()}
-
-        def body(tx: Tx) -> ReleaseRecord:
-            found = load_release(tx, rid, self.for_update, with_secret=False)
-            if found is None:
-                raise LedgerError(
-                    f"release {rid!r} is not in the ledger: a release is completed only after "
-                    "its reservation"
-                )
-            record = found[0]
-            if record.status == "completed":
-                if record.manifest_hash != mh or dict(record.outputs or {}) != outs:
-                    raise ReleaseConflictError(
-                        f"release {rid!r} was completed on {record.completed_at} with manifest "
-                        f"hash {record.manifest_hash} and outputs {dict(record.outputs or {})}; "
-                        f"this run produced manifest hash {mh} and outputs {outs}. A re-run must "
-                        "write identical bytes: do not publish these outputs, report a bug"
-                    )
-                return record
-            tx.execute(
-                "UPDATE ledger_releases SET status = 'completed', completed_at = ?, outputs = ?, "
-                "manifest_hash = ? WHERE release_id = ?",
-                (self._now(), json.dumps(outs, sort_keys=True), mh, rid),
-            )
-            detail = {"manifest_hash": mh, "outputs": outs}
-            self._event(tx, "complete", detail, scope=record.scope, release_id=rid)
-            done = load_release(tx, rid, "", with_secret=False)
-            assert done is not None  # written in this transaction
-            return done[0]
-
-        return self._write(body)
-
-    # -------------------------------------------------------------------------------- cancel
-
-    def cancel(self, release_id: str) -> bool:
-        """Takes back the charge of a reservation whose run published nothing; True when taken
-        back, False when kept because another run joined the reservation.
-
-        Only the launcher that made the reservation calls this, and only when its pipeline failed
-        before anything was published (``pipelines/publish.py``): no output computed under the
-        release's secret left the operator's machines, so the budget was not spent. The release's
-        row and its period links are removed (the same id may be reserved again, with a new
-        secret); the event log keeps a ``cancel`` entry. A completed release is never cancelled.
-
-        A re-run of the same id that started while this one was running (a ``rerun`` event since
-        the release's latest ``reserve``) holds the same secret and may still publish: the charge
-        stays, and the event log says so (``keep``). Without this, one launcher's failure could
-        take back the charge of a release another launcher then published.
-        """
-        rid = check_name(release_id, "release id")
-
-        def body(tx: Tx) -> bool:
-            found = load_release(tx, rid, self.for_update, with_secret=False)
-            if found is None:
-                raise LedgerError(f"release {rid!r} is not in the ledger: nothing to cancel")
-            record = found[0]
-            if record.status != "reserved":
-                raise LedgerError(
-                    f"release {rid!r} is {record.status}: a published release keeps its charge"
-                )
-            joined = tx.all(
-                "SELECT id FROM ledger_events WHERE release_id = ? AND event = 'rerun' AND id > "
-                "(SELECT MAX(id) FROM ledger_events WHERE release_id = ? AND event = 'reserve')",
-                (rid, rid),
-            )
-            if joined:
-                self._event(tx, "keep", {"reason": "a re-run joined the reservation"},
-                            scope=record.scope, release_id=rid)  # fmt: skip
-                return False
-            s = load_scope(tx, record.scope, self.for_update)
-            assert s is not None  # a release's scope is never deleted
-            _, _, accounts = assess(
-                tx, s, record.scope, periods=record.periods, cost=record.cost,
-                for_update=self.for_update, create_periods=False,
-            )  # fmt: skip
-            now = self._now()
-            for acc in accounts:
-                self._set_spend(tx, acc, acc.spent.minus_clamped(record.counted), now)
-            tx.execute("DELETE FROM ledger_release_periods WHERE release_id = ?", (rid,))
-            tx.execute("DELETE FROM ledger_releases WHERE release_id = ?", (rid,))
-            detail = {"counted": str(record.counted), "periods": list(record.periods)}
-            self._event(tx, "cancel", detail, scope=record.scope, release_id=rid)
-            return True
-
-        return self._write(body)
 
     # ------------------------------------------------------------------------------- set_cap
 

@@ -266,6 +266,37 @@ def test_cancel_takes_a_charge_back_unless_a_rerun_joined_it(ledger: LedgerStore
     assert ledger.cancel("alone") is True
 
 
+def test_the_first_run_to_publish_fixes_the_bytes_of_its_release_id(ledger: LedgerStore) -> None:
+    """A run records its manifest's hash before any file moves. Killed half-way through
+    publishing, it leaves the release reserved with that hash: every later run of the id must
+    bring the same hash (or publish nothing), and the charge can no longer be taken back."""
+    ledger.set_cap("logs", eps(1))
+    with pytest.raises(LedgerError, match="release 'r' is not in the ledger: a release publishes"):
+        ledger.begin_publishing("r", "sha256:aa")
+    reserve(ledger, "r")
+    ledger.begin_publishing("r", "sha256:aa")  # ... and the run dies while publishing
+    (record,) = ledger.releases()
+    assert record.status == "reserved" and record.manifest_hash == "sha256:aa"
+    assert ledger.check_invariants() == []
+    assert reserve(ledger, "r").rerun  # the re-run: same secret, nothing charged
+    ledger.begin_publishing("r", "sha256:aa")  # the same bytes: it may publish them
+    with pytest.raises(ReleaseConflictError, match=r"differ from the published ones \(manifest "
+                       r"hash sha256:aa, fixed when a run of this id began publishing; this "
+                       r"run's is sha256:bb\): nothing was published"):  # fmt: skip
+        ledger.begin_publishing("r", "sha256:bb")
+    with pytest.raises(ReleaseConflictError, match="began publishing with manifest hash sha256:aa"):
+        ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:bb")
+    assert ledger.cancel("r") is False  # files may be out: the charge stays
+    assert spent(ledger) == eps(Fraction(1, 3))
+    ledger.complete("r", {"visits": "out/visits.parquet"}, "sha256:aa")
+    ledger.begin_publishing("r", "sha256:aa")  # a re-run of the completed release
+    with pytest.raises(ReleaseConflictError, match="differ from the published ones"):
+        ledger.begin_publishing("r", "sha256:bb")
+    assert [e.event for e in ledger.events()][-5:] == [
+        "reserve", "publish", "rerun", "keep", "complete"
+    ]  # fmt: skip
+
+
 def test_set_cap_rules(ledger: LedgerStore) -> None:
     ledger.set_cap("logs", eps(1), zcdp_delta=Fraction(1, 10**7))
     reserve(ledger, "a", Cost(PureDP(Fraction(1, 2))))

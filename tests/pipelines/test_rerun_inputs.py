@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import userdp.pipelines.job
+import userdp.pipelines.publish
 import userdp.pipelines.release_inputs
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
@@ -178,3 +179,44 @@ def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
     err = capsys.readouterr().err
     assert "differ from the published ones" in err and "nothing was published" in err
     assert release_files(published) == before and siblings(published) == beside
+
+
+def test_a_rerun_after_a_crash_while_publishing_is_held_to_the_crashed_runs_bytes(
+    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed half-way through publishing has put some outputs out but recorded no
+    manifest. Its re-run used to publish whatever it computed: with a change the fingerprint
+    does not see (a module a function imports; simulated by hiding the key file's digest), the
+    same noise on a different statistic — the exact difference, for one charge (an audit's
+    finding). The ledger now fixes the manifest's hash before any file moves."""
+    original = userdp.pipelines.release_inputs.release_artifacts
+
+    def blind(*args: object, **kwargs: object) -> dict[str, str]:
+        artifacts = original(*args, **kwargs)  # type: ignore[arg-type]
+        return {k: v for k, v in artifacts.items() if not k.endswith(".partitions")}
+
+    monkeypatch.setattr(userdp.pipelines.job, "release_artifacts", blind)
+    job = published / "job.toml"
+    job.write_text(JOB.replace('"weekly-1"', '"weekly-3"'))
+    renames = []
+    rename = userdp.pipelines.publish.FileSystems.rename
+
+    def dies_after_one_file(sources: list[str], targets: list[str]) -> None:
+        if renames:  # the process dies (an interrupt stands in for SIGKILL) after one output
+            raise KeyboardInterrupt
+        renames.append(targets)
+        rename(sources, targets)
+
+    with monkeypatch.context() as crash:
+        crash.setattr(userdp.pipelines.publish.FileSystems, "rename", dies_after_one_file)
+        assert main(["run", str(job)]) == 130
+    assert "interrupted while publishing" in capsys.readouterr().err
+    after_crash = release_files(published)
+    assert "manifest.json" not in after_crash  # one output of the crashed run is out
+    assert main(["ledger", "history", "--ledger", str(published / "ledger.sqlite")]) == 0
+    assert "; publishing began, manifest sha256:" in capsys.readouterr().out
+    _edit_key_file(published, monkeypatch)
+    assert main(["run", str(job)]) == 3  # the re-run computes another statistic: refused
+    err = capsys.readouterr().err
+    assert "differ from the published ones" in err and "nothing was published" in err
+    assert release_files(published) == after_crash
