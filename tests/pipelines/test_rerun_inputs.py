@@ -26,12 +26,22 @@ from userdp.pipelines.generate import generate
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
 FUNCTION_MODULE = "userdp_rerun_fns"
-FUNCTION_SOURCE = """
+HELPER_MODULE = "userdp_rerun_helper"
+FUNCTION_SOURCE = f"""
 import numpy as np
+
+from {HELPER_MODULE} import durations
 
 
 def mean_duration(table):
-    return float(np.mean(np.asarray(table.column("duration_s").to_numpy(), dtype=float)))
+    return float(np.mean(durations(table)))
+"""
+HELPER_SOURCE = """
+import numpy as np
+
+
+def durations(table):
+    return np.asarray(table.column("duration_s").to_numpy(), dtype=float)
 """
 
 JOB = f"""
@@ -80,8 +90,10 @@ def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "domains.csv").write_text("domain\nsite00.example\nsite01.example\n")
     (tmp_path / "fns").mkdir()
     (tmp_path / "fns" / f"{FUNCTION_MODULE}.py").write_text(FUNCTION_SOURCE)
+    (tmp_path / "fns" / f"{HELPER_MODULE}.py").write_text(HELPER_SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path / "fns"))
     monkeypatch.delitem(sys.modules, FUNCTION_MODULE, raising=False)
+    monkeypatch.delitem(sys.modules, HELPER_MODULE, raising=False)
     (tmp_path / "keys").mkdir()
     assert main(["keygen", str(tmp_path / "keys" / "release.key")]) == 0
     (tmp_path / "job.toml").write_text(JOB)
@@ -123,6 +135,17 @@ def _edit_function_source(root: Path, mp: pytest.MonkeyPatch) -> None:
     mp.delitem(sys.modules, FUNCTION_MODULE, raising=False)
 
 
+def _edit_imported_helper(root: Path, mp: pytest.MonkeyPatch) -> None:
+    source = HELPER_SOURCE.replace("dtype=float)", "dtype=float) * 2.0")
+    (root / "fns" / f"{HELPER_MODULE}.py").write_text(source)
+    mp.delitem(sys.modules, FUNCTION_MODULE, raising=False)
+    mp.delitem(sys.modules, HELPER_MODULE, raising=False)
+
+
+def _upgrade_numpy(root: Path, mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(sys.modules["numpy"], "__version__", "99.0.0")  # what the function computes with
+
+
 def _upgrade_userdp(root: Path, mp: pytest.MonkeyPatch) -> None:
     # a new version or any edited module of transforms/pipelines changes this digest
     mp.setattr(userdp.pipelines.release_inputs, "userdp_code_digest", lambda: "0.2.0 sha256:new")
@@ -136,6 +159,8 @@ def _replace_key_file(root: Path, mp: pytest.MonkeyPatch) -> None:
 EDITS = {
     "public key file": _edit_key_file,
     "sample-and-aggregate source": _edit_function_source,
+    "a module the function imports": _edit_imported_helper,
+    "the NumPy the function calls": _upgrade_numpy,
     "userdp code": _upgrade_userdp,
     "release key file": _replace_key_file,
 }

@@ -1,0 +1,83 @@
+"""What the ledger's fingerprint reads of a user function's code (pipelines/release_inputs.py):
+its module, the user modules it reaches, the versions of installed packages it reaches."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from userdp.pipelines.release_inputs import function_source_digest
+
+MAIN = """
+import json
+import os.path
+
+import numpy as np
+
+import fp_helper_a
+from fp_helper_b import scale
+from userdp.transforms.columns import PERSON_COLUMN
+
+
+class Hostile:
+    def __getattr__(self, name):
+        raise RuntimeError("no attributes here")
+
+
+HOSTILE = Hostile()
+
+
+def f(table):
+    import fp_lazy  # imported when the chunk function runs, not when it is planned
+
+    return float(np.mean(fp_helper_a.values(table))) * scale * fp_lazy.k
+"""
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "fp_main.py").write_text(MAIN)
+    (tmp_path / "fp_helper_a.py").write_text("def values(t):\n    return [1.0]\n")
+    (tmp_path / "fp_helper_b.py").write_text("scale = 1.0\n")
+    (tmp_path / "fp_unrelated.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "fp_lazy.py").write_text("k = 1\n")
+    for name in ("fp_main", "fp_helper_a", "fp_helper_b", "fp_unrelated", "fp_lazy"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path
+
+
+def _fresh_digest(monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in ("fp_main", "fp_helper_a", "fp_helper_b"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return function_source_digest("fp_main:f")
+
+
+def test_the_digest_follows_imported_user_modules_and_nothing_else(
+    modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _fresh_digest(monkeypatch)
+    assert first.startswith("sha256:")
+    assert _fresh_digest(monkeypatch) == first  # stable; the hostile global is passed over
+    (modules / "fp_unrelated.py").write_text("x = 2\n")  # not imported by the function
+    assert _fresh_digest(monkeypatch) == first
+    (modules / "fp_helper_a.py").write_text("def values(t):\n    return [2.0]\n")
+    second = _fresh_digest(monkeypatch)
+    assert second != first  # imported as a module
+    (modules / "fp_helper_b.py").write_text("scale = 2.0\n")
+    third = _fresh_digest(monkeypatch)
+    assert third != second  # `from fp_helper_b import scale`: a float, found by the import line
+    (modules / "fp_lazy.py").write_text("k = 1\n")
+    assert _fresh_digest(monkeypatch) == third  # not loaded, yet found by the import in `f`
+    (modules / "fp_lazy.py").write_text("k = 2\n")
+    assert _fresh_digest(monkeypatch) != third
+
+
+def test_installed_packages_count_by_version(
+    modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _fresh_digest(monkeypatch)
+    monkeypatch.setattr(sys.modules["numpy"], "__version__", "99.0.0")
+    assert _fresh_digest(monkeypatch) != first
