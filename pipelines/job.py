@@ -278,7 +278,7 @@ def run_release(
             with interrupts_held("finishing the ledger's charge"):  # so it can be taken back
                 reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
         keys = _release_keys(job, reservation, release_key)
-        staging = Staging.create(job.output.path)
+        staging = Staging.create(job.output.path, private=job.runner.name == "direct")
         layout = output_layout(job, c.plan)
         rid = reservation.release_id if reservation is not None else None
         files_text = _files_text(layout)

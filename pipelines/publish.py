@@ -151,15 +151,24 @@ class Staging:
     lock: int | None = field(default=None, compare=False)  # fd holding its flock (local only)
 
     @classmethod
-    def create(cls, output: str) -> Staging:
+    def create(cls, output: str, *, private: bool = False) -> Staging:
         """A fresh staging directory beside ``output``, locked for this run's life (module
         docstring); a dead run's leftovers beside it are removed first. The launcher has probed
-        both locations (:func:`probe_writable`) before charging."""
+        both locations (:func:`probe_writable`) before charging.
+
+        ``private``: make a local staging directory owner-only (0700) — for the embedded runner,
+        whose workers are the launcher's own processes. Staged outputs are noisy answers whose
+        charge is taken back if the run fails: readable while the run lives, they would be
+        answers nobody paid for (docs/threat-model.md). Other runners' workers may run as
+        another user on a shared disk; there the directory's parent must not be readable by the
+        release's readers."""
         parent, name = FileSystems.split(output.rstrip("/"))
         remove_abandoned_staging(output)
         staging = FileSystems.join(parent, f"{_staging_prefix(name)}{secrets.token_hex(6)}")
         try:
             created = _make_dirs(staging)
+            if private and is_local_path(staging):
+                os.chmod(staging, 0o700)  # exact, whatever the umask
             lock = _hold(staging) if is_local_path(staging) else None
         except Exception as e:
             raise OutputLocationError(
