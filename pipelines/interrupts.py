@@ -7,6 +7,13 @@ Ctrl-C cleans it up — staged outputs discarded, the charge taken back when not
 :class:`RunInterrupted`, which says when the run stopped and what became of its charge. Beam
 re-raises an interrupt that lands inside a step as its own RuntimeError, so both are looked for
 along the exception's cause chain (:func:`caused_by`).
+
+Once a command's work is done — published and recorded, its exit code known — a SIGTERM has
+nothing left to stop: :func:`command_finished` makes it a note on stderr, and the console script
+keeps that after the command returns (:func:`notes_late_termination`), while Beam and the
+interpreter shut down. Before, it killed the process with exit code 143 and no message, so a
+scheduler read a published, charged release as interrupted (and retried it: a new charge,
+without a fixed release id).
 """
 
 from __future__ import annotations
@@ -48,22 +55,46 @@ def exit_code(e: BaseException) -> int:
     return 128 + (signal.SIGTERM if caused_by(e, Terminated) else signal.SIGINT)
 
 
+_finished: list[str] = []  # the note a SIGTERM gets once the running command's work is done
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    if _finished:
+        print(_finished[-1], file=sys.stderr)
+        return
     raise Terminated()
+
+
+def command_finished(note: str) -> None:
+    """The running command's work is done: a SIGTERM from now until :func:`terminating_as_interrupt`
+    ends prints ``note`` instead of interrupting."""
+    _finished.append(note)
+
+
+def notes_late_termination(code: int) -> None:
+    """For the console script once its command has returned ``code``: a SIGTERM while Beam and
+    the interpreter shut down prints a note and leaves ``code`` as the exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    note = f"userdp: SIGTERM after the command had finished; its exit code {code} stands"
+    signal.signal(signal.SIGTERM, lambda signum, frame: print(note, file=sys.stderr))
 
 
 @contextlib.contextmanager
 def terminating_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` while the block runs; the previous handler is put back
-    after. Only the main thread may set handlers: elsewhere the block runs unchanged."""
+    """SIGTERM raises :class:`Terminated` while the block runs (until :func:`command_finished`);
+    the previous handler is put back after. Only the main thread may set handlers: elsewhere the
+    block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _finished.clear()
     try:
         yield
     finally:  # None: a handler set outside Python, which cannot be put back
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        _finished.clear()
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)

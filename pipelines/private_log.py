@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TextIO
 
-from .interrupts import exit_code, terminating_as_interrupt
+from .interrupts import command_finished, exit_code, terminating_as_interrupt
 
 
 class _LazyFileHandler(logging.Handler):
@@ -155,6 +155,8 @@ def logged_command(name: str, body: Callable[[PrivateLog], int]) -> int:
         except KeyboardInterrupt as e:
             print(f"userdp {name}: interrupted while starting; nothing ran", file=sys.stderr)
             code = exit_code(e)
+        command_finished(f"userdp {name}: SIGTERM after the command had finished; its exit code "
+                         f"{code} stands")  # fmt: skip
     if log.path is not None:
         print(
             f"userdp {name}: library messages and details (they may quote private data; for "

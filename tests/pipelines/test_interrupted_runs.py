@@ -390,3 +390,36 @@ def test_tune_takes_its_charge_back_when_stopped_as_the_charge_commits(
     err = capsys.readouterr().err
     assert "userdp tune: interrupted while measuring; its charge was taken back" in err
     assert "spent (ε=0, δ=0)" in _spent(job_dir, capsys)
+
+
+def test_a_sigterm_after_the_command_finished_is_a_note_not_exit_143(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit sent SIGTERM 0.3 s after a run had printed its summary: the release was
+    published and recorded, yet the command died with 143 and no message (Beam was shutting
+    down, the handler back to the default) — a scheduler retrying it charges a new release."""
+    from userdp.pipelines import entry  # noqa: PLC0415
+    from userdp.pipelines.interrupts import (  # noqa: PLC0415
+        Terminated,
+        command_finished,
+        terminating_as_interrupt,
+    )
+
+    with terminating_as_interrupt():
+        with pytest.raises(Terminated):  # while the work runs: an interrupt
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(10_000))
+        command_finished("userdp run: SIGTERM after the command had finished; ...")
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10_000))  # the handler runs here: a note, no exception
+    assert "userdp run: SIGTERM after the command had finished" in capsys.readouterr().err
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(cli_module, "main", lambda argv: 3)  # a command that returned 3
+    try:
+        assert entry.main(["run", "job.toml"]) == 3
+        os.kill(os.getpid(), signal.SIGTERM)  # Beam and the interpreter shutting down
+        sum(range(10_000))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert "userdp: SIGTERM after the command had finished; its exit code 3 stands" in err
