@@ -24,12 +24,15 @@ A kind that reads another file or loads other code must add it here.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 import sysconfig
 import types
+from collections.abc import Mapping
 from pathlib import Path
 
 from .config import JobConfig
@@ -77,9 +80,7 @@ def _reached_code(root: types.ModuleType) -> list[str]:
             continue
         path = str(Path(origin).resolve())
         if path.startswith(_LIBRARY_DIRS):  # an installed package or the standard library
-            version = getattr(sys.modules.get(top), "__version__", None)
-            if isinstance(version, str):
-                lines.add(f"{top}=={version}")
+            lines.update(_installed_versions(top))
             continue
         lines.add(f"{name} {_file_digest(path)}")
         package = (module.__package__ if module is not None else None) or name.rpartition(".")[0]
@@ -90,6 +91,18 @@ def _reached_code(root: types.ModuleType) -> list[str]:
             seen.add(other)
             todo.append(other)
     return sorted(lines)
+
+
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _installed_versions(top: str) -> list[str]:
+    """``<distribution>==<version>`` of the installed distributions that provide the import name
+    ``top`` (none for the standard library), from their metadata: the same whether or not the
+    package is loaded yet, so a re-run in another process digests alike."""
+    return [f"{d}=={importlib.metadata.version(d)}" for d in sorted(_distributions().get(top, []))]
 
 
 def _origin(name: str) -> str | None:

@@ -3,6 +3,7 @@ its module, the user modules it reaches, the versions of installed packages it r
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -79,5 +80,24 @@ def test_installed_packages_count_by_version(
     modules: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = _fresh_digest(monkeypatch)
-    monkeypatch.setattr(sys.modules["numpy"], "__version__", "99.0.0")
+    installed = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda d: "99.0.0" if d == "numpy" else installed(d)
+    )
     assert _fresh_digest(monkeypatch) != first
+
+
+def test_a_package_imported_only_when_the_function_runs_counts_the_same_loaded_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-run runs in another process, where the package may or may not be loaded yet when the
+    fingerprint is taken: its version comes from the installed metadata, not from the module."""
+    (tmp_path / "fp_lazy_pkg.py").write_text("def f(t):\n    import cycler\n\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fp_lazy_pkg", raising=False)
+    monkeypatch.delitem(sys.modules, "cycler", raising=False)
+    before = function_source_digest("fp_lazy_pkg:f")
+    assert "cycler" not in sys.modules  # found, not imported
+    import cycler  # noqa: F401, PLC0415 (the function's own import, run)
+
+    assert function_source_digest("fp_lazy_pkg:f") == before

@@ -12,6 +12,7 @@ did not (a blind spot, simulated) is refused before publishing, and the old rele
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -143,7 +144,8 @@ def _edit_imported_helper(root: Path, mp: pytest.MonkeyPatch) -> None:
 
 
 def _upgrade_numpy(root: Path, mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(sys.modules["numpy"], "__version__", "99.0.0")  # what the function computes with
+    installed = importlib.metadata.version  # what the function computes with: a new NumPy
+    mp.setattr(importlib.metadata, "version", lambda d: "99.0.0" if d == "numpy" else installed(d))
 
 
 def _upgrade_userdp(root: Path, mp: pytest.MonkeyPatch) -> None:
