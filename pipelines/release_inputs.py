@@ -27,11 +27,10 @@ import ast
 import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import sys
-import sysconfig
-import types
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -45,52 +44,55 @@ def _file_digest(path: str) -> str:
     return "sha256:" + file_sha256(path)[0]
 
 
+class UnreadableCodeError(ValueError):
+    """A module a user function reaches has no source or file userdp can digest."""
+
+
+_MAX_MODULES = 2000  # user modules one function may reach (a fingerprint, not a crawl)
+
+
 def function_source_digest(function: str) -> str:
-    """The digest of the code behind ``module:function``: its module's source and what that
-    module reaches (module docstring; :func:`_reached_code`)."""
+    """The digest of the code behind ``module:function``: its module's file and what that
+    module reaches (module docstring; :func:`_reached_code`). Raises :class:`UnreadableCodeError`
+    for code it cannot read: a constant in its place would hide a change."""
     name = function.split(":", 1)[0]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
-        return f"module {name} (no source file)"
-    lines = _reached_code(importlib.import_module(name))  # planning imported it already
+    lines = _reached_code(name)
     return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-_LIBRARY_DIRS = tuple(
-    str(Path(p).resolve())
-    for key in ("stdlib", "platstdlib", "purelib", "platlib")
-    if (p := sysconfig.get_paths().get(key))
-)
+def _reached_code(root: str) -> list[str]:
+    """Sorted lines: ``<module> <digest>`` for ``root`` and every user module it reaches, and
+    ``<distribution>==<version>`` for the installed packages it reaches (not walked into).
 
-
-def _reached_code(root: types.ModuleType) -> list[str]:
-    """Sorted lines ``<module> <file digest>`` for the user modules ``root`` reaches, and
-    ``<package>==<version>`` for the installed packages it reaches (not walked into); the
-    standard library and userdp (``userdp_code_digest``) are left out. A module reaches what its
-    source imports (anywhere in the file, so imports inside functions and ``from m import
-    CONSTANT`` count; modules not loaded yet are found without importing them) and, once loaded,
-    the modules its globals are or come from (``importlib.import_module`` into a global)."""
-    seen, todo, lines = {root.__name__}, [root.__name__], set()
+    A module reaches what its source imports (anywhere in the file, so imports inside functions
+    and ``from m import CONSTANT`` count), read from the source, never from what happens to be
+    loaded: the first run and a re-run in another process digest alike. The standard library and
+    userdp (``userdp_code_digest``) are left out; installed means provided by a distribution in
+    this environment's metadata, wherever it lies (site-packages, ``--user``, a ``.pth``
+    directory); everything else is the user's code, ``root`` always included. Finding a
+    submodule imports its package, as Python itself does when the function runs."""
+    seen, todo, lines = {root}, [root], set[str]()
     while todo:
+        if len(seen) > _MAX_MODULES:
+            raise UnreadableCodeError(f"{root} reaches more than {_MAX_MODULES} modules")
         name = todo.pop()
-        module = sys.modules.get(name)
-        origin = getattr(module, "__file__", None) if module is not None else _origin(name)
         top = name.split(".", 1)[0]
-        if top == "userdp" or not isinstance(origin, str):  # userdp's own, or built in
-            continue
-        path = str(Path(origin).resolve())
-        if path.startswith(_LIBRARY_DIRS):  # an installed package or the standard library
+        if name != root and not _is_user_top(top):  # installed: named by its version
             lines.update(_installed_versions(top))
             continue
-        lines.add(f"{name} {_file_digest(path)}")
-        package = (module.__package__ if module is not None else None) or name.rpartition(".")[0]
-        found = _imports_in_source(path, package)
-        if module is not None:
-            found |= _modules_of_globals(module)
-        for other in sorted(found - seen):
+        lines.update(_installed_versions(top))  # a root inside an installed package: both
+        source = _module_source(name)
+        if source is None:  # a namespace package: no code of its own
+            continue
+        lines.add(f"{name} sha256:{hashlib.sha256(source).hexdigest()}")
+        for other in sorted(_imports_in_source(source, name, _package_of(name)) - seen):
             seen.add(other)
             todo.append(other)
     return sorted(lines)
+
+
+def _is_user_top(top: str) -> bool:
+    return top != "userdp" and top not in sys.stdlib_module_names and not _distributions().get(top)
 
 
 @functools.cache
@@ -98,62 +100,93 @@ def _distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
-def _installed_versions(top: str) -> list[str]:
+def _installed_versions(top: str) -> tuple[str, ...]:
     """``<distribution>==<version>`` of the installed distributions that provide the import name
-    ``top`` (none for the standard library), from their metadata: the same whether or not the
-    package is loaded yet, so a re-run in another process digests alike."""
-    return [f"{d}=={importlib.metadata.version(d)}" for d in sorted(_distributions().get(top, []))]
+    ``top`` (none for the standard library and the user's own modules), from their metadata:
+    the same whether or not the package is loaded."""
+    dists = sorted(set(_distributions().get(top, [])))
+    return tuple(f"{d}=={importlib.metadata.version(d)}" for d in dists)
 
 
-def _origin(name: str) -> str | None:
-    """The file of a module that is not loaded, found without importing it (None if none)."""
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None) if module is not None else None
+    if isinstance(spec, importlib.machinery.ModuleSpec):
+        return spec
     try:
-        spec = importlib.util.find_spec(name)
+        return importlib.util.find_spec(name)
     except (ImportError, ValueError):  # a parent package that fails, or a bad name
         return None
-    return spec.origin if spec is not None else None
 
 
-def _imports_in_source(path: str, package: str) -> set[str]:
-    """Module names the file imports: ``import a.b`` (a and a.b), ``from a import b`` (a, and
-    a.b when that is a module), relative imports resolved against ``package``."""
-    if not path.endswith(".py"):
-        return set()
+def _package_of(name: str) -> str:
+    spec = _spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        return name  # a package: its relative imports resolve against itself
+    return name.rpartition(".")[0]
+
+
+def _module_source(name: str) -> bytes | None:
+    """The bytes of a user module: its file, or what its loader reads (a zip import); None for a
+    namespace package. Raises :class:`UnreadableCodeError` when there is code but no bytes."""
+    spec = _spec(name)
+    if spec is None:
+        raise UnreadableCodeError(f"module {name} cannot be found")
+    origin = spec.origin
+    if origin is None or origin == "namespace":
+        if spec.submodule_search_locations is not None:
+            return None
+        raise UnreadableCodeError(f"module {name} has no file to digest")
+    if Path(origin).is_file():
+        return Path(origin).read_bytes()
+    get_data = getattr(spec.loader, "get_data", None)
+    if callable(get_data):
+        try:
+            data = get_data(origin)
+        except OSError:
+            data = None
+        if isinstance(data, bytes):
+            return data
+    raise UnreadableCodeError(f"module {name} has no file or source to digest ({origin!r})")
+
+
+def _imports_in_source(source: bytes, name: str, package: str) -> set[str]:
+    """Modules the source imports: ``import a.b`` and ``from a.b import c`` give a, a.b and
+    (when it is a module) a.b.c; relative imports resolve against ``package``. The standard
+    library and userdp are dropped; an installed package is kept by its top-level name."""
     try:
-        tree = ast.parse(Path(path).read_bytes(), path)
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(source, name)
+    except (SyntaxError, ValueError):  # compiled code (an extension module): its bytes count
         return set()
-    names: set[str] = set()
+    dotted: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                parts = alias.name.split(".")
-                names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+                dotted.update(_with_parents(alias.name))
         elif isinstance(node, ast.ImportFrom):
             base = "." * node.level + (node.module or "")
             try:
                 resolved = importlib.util.resolve_name(base, package) if node.level else base
             except (ImportError, ValueError):
                 continue
-            names.add(resolved)
-            names.update(f"{resolved}.{a.name}" for a in node.names if a.name != "*")
-    return {n for n in names if n in sys.modules or _origin(n) is not None}
+            dotted.update(_with_parents(resolved))
+            dotted.update(f"{resolved}.{a.name}" for a in node.names if a.name != "*")
+    found: set[str] = set()
+    for n in dotted:
+        top = n.split(".", 1)[0]
+        if not top or top in sys.stdlib_module_names or top == "userdp":
+            continue
+        if not _is_user_top(top):  # installed: its top-level name carries the version
+            found.add(top)
+        elif _spec(n) is not None:  # `from a import b`: b may be a name, not a module
+            found.add(n)
+    return found
 
 
-def _modules_of_globals(module: types.ModuleType) -> set[str]:
-    """Modules the loaded module's globals are, or whose functions and classes they are."""
-    names = set()
-    for value in list(vars(module).values()):
-        if isinstance(value, types.ModuleType):
-            names.add(value.__name__)
-            continue
-        try:  # a global of user code may be any object, even one whose attributes raise
-            owner = getattr(value, "__module__", None)
-        except Exception:
-            continue
-        if isinstance(owner, str) and owner in sys.modules:
-            names.add(owner)
-    return names
+def _with_parents(dotted: str) -> list[str]:
+    """a.b.c → [a, a.b, a.b.c]: the packages an import loads."""
+    parts = dotted.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def release_artifacts(job: JobConfig, secret_check: str | None) -> dict[str, str]:
@@ -170,7 +203,14 @@ def release_artifacts(job: JobConfig, secret_check: str | None) -> dict[str, str
                 ) from None  # fmt: skip
         function = q.options.get("function")
         if isinstance(function, str):
-            out[f"queries[{i}].function"] = function_source_digest(function)
+            try:
+                out[f"queries[{i}].function"] = function_source_digest(function)
+            except UnreadableCodeError as e:
+                raise ConfigError(
+                    f"queries[{i}].function", function, "code whose every module can be read",
+                    f"{e}; the ledger's fingerprint must see all the code the function runs",
+                    job.source,
+                ) from None  # fmt: skip
     if secret_check is not None:
         out["release.secret_path"] = secret_check
     return out

@@ -3,12 +3,14 @@ its module, the user modules it reaches, the versions of installed packages it r
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
 import sys
 from pathlib import Path
 
 import pytest
 
+from userdp.pipelines import release_inputs
 from userdp.pipelines.release_inputs import function_source_digest
 
 MAIN = """
@@ -101,3 +103,54 @@ def test_a_package_imported_only_when_the_function_runs_counts_the_same_loaded_o
     import cycler  # noqa: F401, PLC0415 (the function's own import, run)
 
     assert function_source_digest("fp_lazy_pkg:f") == before
+
+
+def test_built_in_zipped_installed_and_unreadable_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review's cases: a built-in module imported inside the function (`pwd`: origin
+    "built-in", not a file) crashed every ledgered run; a helper imported from a zip on the
+    path likewise; a function in an installed package digested as a constant (edits unseen)."""
+    import types  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+
+    with zipfile.ZipFile(tmp_path / "helpers.zip", "w") as z:
+        z.writestr("fp_zipped.py", "k = 1\n")
+    (tmp_path / "fp_edge.py").write_text(
+        "import fp_zipped\n\n\ndef f(t):\n    import pwd\n\n    return float(fp_zipped.k)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "helpers.zip"))
+    for name in ("fp_edge", "fp_zipped"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    first = function_source_digest("fp_edge:f")
+    with zipfile.ZipFile(tmp_path / "helpers.zip", "w") as z:
+        z.writestr("fp_zipped.py", "k = 2\n")
+    import zipimport  # noqa: PLC0415
+
+    zipimport._zip_directory_cache.clear()  # type: ignore[attr-defined]
+    monkeypatch.delitem(sys.modules, "fp_zipped", raising=False)
+    assert function_source_digest("fp_edge:f") != first  # the zipped source counts
+
+    # the function's own module inside an installed distribution: hashed all the same
+    distributions = dict(release_inputs._distributions())
+    monkeypatch.setattr(
+        release_inputs, "_distributions", lambda: {**distributions, "fp_edge": ["teamfns"]}
+    )
+    installed = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda d: "0.1" if d == "teamfns" else installed(d)
+    )
+    before = function_source_digest("fp_edge:f")
+    (tmp_path / "fp_edge.py").write_text(
+        "import fp_zipped\n\n\ndef f(t):\n    return 2 * float(fp_zipped.k)\n"
+    )
+    assert function_source_digest("fp_edge:f") != before  # same version, edited file
+
+    # code with no bytes to read is refused, not digested as a constant
+    made = types.ModuleType("fp_made")
+    made.__spec__ = importlib.machinery.ModuleSpec("fp_made", None, origin="made-up")
+    monkeypatch.setitem(sys.modules, "fp_made", made)
+    (tmp_path / "fp_uses_made.py").write_text("import fp_made\n\n\ndef f(t):\n    return 1.0\n")
+    with pytest.raises(release_inputs.UnreadableCodeError, match="module fp_made has no file"):
+        function_source_digest("fp_uses_made:f")
