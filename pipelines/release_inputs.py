@@ -8,11 +8,11 @@ So the fingerprint covers, beside the input files (path, size, modification time
 
 - every file a query reads: public partition key files (by content);
 - the source of every user function a query calls (``sample_aggregate``'s ``function``): the
-  module's file, by content, and the files of the modules it reaches through its globals (what
-  it imports, and the modules of the functions and classes it imports by name) outside the
-  standard library and userdp; for installed packages it reaches (NumPy, pyarrow …), their
-  version (a stop-33 audit: a helper module a function imported was edited between a run and
-  its re-run, which the fingerprint did not see);
+  module's file, by content, and the sources of the user modules its source imports, and theirs
+  (outside the standard library and userdp); for installed packages it reaches (NumPy …), their
+  distribution's version (a stop-33 audit: a helper module a function imported was edited
+  between a run and its re-run, which the fingerprint did not see). Code it cannot read is
+  refused (exit 2), not digested as a constant;
 - the userdp code itself: its version and a digest of every module of ``transforms`` and
   ``pipelines`` (a change of a mechanism, a clamp or a rounding rule changes released values);
 - the release secret file (``[release] secret_path``): a key check value, HMAC-SHA256 of a fixed
