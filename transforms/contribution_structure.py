@@ -194,11 +194,11 @@ class _AddNoise:
 
     def __call__(self, counts: PairCounts, picked: int | None) -> dict[str, Any]:
         h = self._plan.histogram
-        exact = h.pair_sums(counts)  # fractions: the noise's sensitivity is exactly 1
-        grid: Grid = [[float(v) for v in row] for row in exact]
         partitions: float | None = None
-        if self._noise:
-            grid = h.add_noise(exact, self._key.rng("histogram"))
+        if self._noise:  # each term rounded to the noise's grid: sensitivity as calibrated
+            grid: Grid = h.release_pair_counts(counts, self._key.rng("histogram"))
+        else:
+            grid = h.from_pair_counts(counts)
         if self._plan.partitions_epsilon is not None:
             partitions = float(picked or 0)
             if self._noise:
@@ -319,10 +319,10 @@ class _NoisyValues:
 
     def __call__(self, counts: PairCounts) -> dict[str, Any]:
         h = self._plan.histogram
-        exact = h.value_sums(counts)  # fractions: the noise's sensitivity is exactly 1
-        hist = [float(v) for v in exact]
-        if self._noise:
-            hist = h.add_noise(exact, self._key.rng("values"))
+        if self._noise:  # each term rounded to the noise's grid: sensitivity as calibrated
+            hist = h.release_counts(counts, self._key.rng("values"))
+        else:
+            hist = h.from_counts(counts)
         return {"name": self._plan.name, "histogram": hist}
 
 

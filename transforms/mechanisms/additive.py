@@ -49,6 +49,20 @@ def granularity_exponent(scale: float) -> int:
     return k
 
 
+def rounded_quotient(num: int, den: int, k: int) -> int:
+    """round(num / (den·2^k)) exactly, ties to even, in integers (num ≥ 0, den ≥ 1): a term put
+    on the noise grid 2^k without a Fraction whose denominator would grow in a sum."""
+    if k <= 0:
+        q, r = divmod(num << -k, den)
+        d = den
+    else:
+        d = den << k
+        q, r = divmod(num, d)
+    if 2 * r > d or (2 * r == d and q % 2 == 1):
+        q += 1
+    return q
+
+
 def _round_to_grid(x: float | Fraction, k: int) -> int:
     """round(x / 2^k) exactly (ties to even), for a finite float, an int or a Fraction.
 
@@ -179,6 +193,11 @@ class LaplaceMechanism:
     @property
     def granularity(self) -> float:
         return math.ldexp(1.0, self._k)
+
+    @property
+    def grid_exponent(self) -> int:
+        """k of the noise grid g = 2^k every release is rounded to."""
+        return self._k
 
     @property
     def scale(self) -> float:

@@ -25,9 +25,10 @@ once instead would let one person move the histogram by P: the negative control 
 cells exist reveals nothing.
 
 Exactness. The Beam side counts pairs per (exact P, bucket of r) — integers, summed in any order —
-and :meth:`ContributionHistograms.pair_sums` adds the n/P as fractions, so the histogram the noise
-is added to moves by exactly 1 when a person comes or goes (float sums could move it by more) and
-a re-run gives the same histogram to the last bit.
+and :meth:`ContributionHistograms.grid_sums` rounds each n/P once to the noise's grid and adds
+integers, so the histogram the noise is added to moves by at most 1 + cells·g when a person comes
+or goes, the bound the noise is calibrated for (float sums could move it by more), and a re-run
+gives the same histogram to the last bit.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from fractions import Fraction
 import numpy as np
 
 from .accounting import PureDP
-from .additive import LaplaceMechanism
+from .additive import LaplaceMechanism, rounded_quotient
 from .auto_bound import clamp_grid
 from .checks import Rational, positive
 from .rng import KeyedRng
@@ -120,42 +121,63 @@ class ContributionHistograms:
                 out[cell] = out.get(cell, 0) + 1
         return out
 
-    def pair_sums(self, pairs: Mapping[tuple[int, int], int]) -> list[list[Fraction]]:
-        """The exact joint histogram (rows: bucket of P; columns: bucket of r) as fractions: not
-        private. Exact because the noise is calibrated to a person moving it by exactly 1 in L1:
-        sums of n/P rounded as floats can move it by more once a cell passes ~2^27."""
-        grid = [[Fraction(0)] * self.size for _ in range(self.size)]
+    def grid_sums(self, pairs: Mapping[tuple[int, int], int], k: int) -> list[Fraction]:
+        """The joint histogram, cells flattened row by row, with each term n/P rounded once to a
+        multiple of 2^k (the noise's grid): what the noise is added to. Not private.
+
+        Why per term: the noise is calibrated for a person moving the statistic by at most
+        1 + d·g in L1 (Δ = 1, plus one rounding per cell: :class:`~.additive.LaplaceMechanism`).
+        A person changes one term (their P) in each cell they touch, by their exact weight there
+        ± g, so the cells move by at most 1 + (cells touched)·g. Float sums of n/P moved a cell
+        by 1 + 3·10⁻⁸ past ~2^27 pairs (a review); exact fractions cost time quadratic in the
+        distinct P of a cell (their denominators' LCM). Integers here: linear."""
+        units = [0] * (self.size * self.size)
         for (p, rb), n in pairs.items():
             _count(p, "P")
             _count(n, "a pair count")
             if not 0 <= rb < self.size:
                 raise ValueError(f"bucket {rb} is outside [0, {self.size})")
-            grid[self.bucket(p)][rb] += Fraction(n, p)
-        return grid
+            units[self.bucket(p) * self.size + rb] += rounded_quotient(n, p, k)
+        step = Fraction(2) ** k
+        return [u * step for u in units]
 
     def from_pair_counts(self, pairs: Mapping[tuple[int, int], int]) -> Grid:
-        """:meth:`pair_sums` with each cell rounded once to a float: not private."""
-        return [[float(v) for v in row] for row in self.pair_sums(pairs)]
+        """The joint histogram in floats (noise off, for tests and display): not private."""
+        grid = [[0.0] * self.size for _ in range(self.size)]
+        for (p, rb), n in sorted(pairs.items()):  # a fixed order: the same floats every run
+            _count(p, "P")
+            _count(n, "a pair count")
+            if not 0 <= rb < self.size:
+                raise ValueError(f"bucket {rb} is outside [0, {self.size})")
+            grid[self.bucket(p)][rb] += n / p
+        return grid
 
     def exact(self, persons: Iterable[Sequence[int]]) -> Grid:
         """The joint histogram of ``persons`` (see :meth:`pair_counts`): not private."""
         return self.from_pair_counts(self.pair_counts(persons))
 
+    def mechanism(self) -> LaplaceMechanism:
+        """One vector mechanism over all cells (a person's L1 of 1 spreads over several, each
+        rounded to the noise grid: inflation cells·g, additive.py)."""
+        return LaplaceMechanism(1.0, float(Fraction(self.epsilon)), dimension=self.size**2)
+
+    def release_pair_counts(self, pairs: Mapping[tuple[int, int], int], rng: KeyedRng) -> Grid:
+        """The joint histogram of the Beam side's pair counts with Laplace(1/ε) on every cell:
+        pure ε-DP (module docstring; :meth:`grid_sums`)."""
+        mech = self.mechanism()
+        flat = mech.release_vector(self.grid_sums(pairs, mech.grid_exponent), rng)
+        return [flat[i * self.size : (i + 1) * self.size] for i in range(self.size)]
+
     def add_noise(self, exact: Sequence[Sequence[float | Fraction]], rng: KeyedRng) -> Grid:
         """Laplace(1/ε) on every cell, row by row: pure ε-DP (module docstring)."""
         if len(exact) != self.size or any(len(row) != self.size for row in exact):
             raise ValueError(f"expected a {self.size}×{self.size} histogram")
-        eps = float(Fraction(self.epsilon))
-        # one vector mechanism over all cells (a person's L1 of 1 spreads over several, each
-        # rounded to the noise grid: inflation cells·g, additive.py), drawn row by row
-        flat = LaplaceMechanism(1.0, eps, dimension=self.size**2).release_vector(
-            [v for row in exact for v in row], rng
-        )
+        flat = self.mechanism().release_vector([v for row in exact for v in row], rng)
         return [flat[i * self.size : (i + 1) * self.size] for i in range(self.size)]
 
     def release(self, persons: Iterable[Sequence[int]], rng: KeyedRng) -> Grid:
         """The joint histogram with Laplace(1/ε) on every cell: pure ε-DP."""
-        return self.add_noise(self.pair_sums(self.pair_counts(persons)), rng)
+        return self.release_pair_counts(self.pair_counts(persons), rng)
 
     @staticmethod
     def partitions_per_person(grid: Grid) -> list[float]:

@@ -11,7 +11,8 @@ L1 norm exactly 1 (n weights of 1/n), so Laplace(1/ε) on every bucket of the fi
 Laplace mechanism on global sensitivity (seed ``calibrating-noise-dmns06.txt``; brute force and
 audit: ``tests/mechanisms/test_value_histogram.py``). Counting rows instead of weighing them
 would let one person move it by n. As in :mod:`.contribution_histogram`, the Beam side counts
-values per (n, bucket) as integers and :meth:`ValueHistogram.value_sums` adds the c/n as fractions.
+values per (n, bucket) as integers and :meth:`ValueHistogram.grid_sums` rounds each c/n once to
+the noise's grid and adds integers (one person moves it by at most 1 + buckets·g, as calibrated).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from .accounting import PureDP
-from .additive import LaplaceMechanism
+from .additive import LaplaceMechanism, rounded_quotient
 from .checks import Rational, positive
 from .rng import KeyedRng
 
@@ -101,21 +102,41 @@ class ValueHistogram:
                 out[cell] = out.get(cell, 0) + 1
         return out
 
-    def value_sums(self, counts: Mapping[tuple[int, int], int]) -> list[Fraction]:
-        """The exact histogram (weights 1/n) as fractions, so that a person moves it by exactly
-        1 in L1, as the noise assumes (float sums can move it by more): not private."""
-        hist = [Fraction(0)] * self.size
+    def grid_sums(self, counts: Mapping[tuple[int, int], int], k: int) -> list[Fraction]:
+        """The histogram with each term c/n rounded once to a multiple of 2^k (the noise's grid):
+        what the noise is added to; a person moves it by at most 1 + (buckets touched)·g in L1,
+        the bound the noise is calibrated for (as :meth:`.ContributionHistograms.grid_sums`).
+        Not private."""
+        units = [0] * self.size
         for (n, b), c in counts.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
                 raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
             if not 0 <= b < self.size:
                 raise ValueError(f"bucket {b} is outside [0, {self.size})")
-            hist[b] += Fraction(c, n)
-        return hist
+            units[b] += rounded_quotient(c, n, k)
+        step = Fraction(2) ** k
+        return [u * step for u in units]
 
     def from_counts(self, counts: Mapping[tuple[int, int], int]) -> list[float]:
-        """:meth:`value_sums` with each bucket rounded once to a float: not private."""
-        return [float(v) for v in self.value_sums(counts)]
+        """The histogram (weights 1/n) in floats (noise off, for tests and display): not private."""
+        hist = [0.0] * self.size
+        for (n, b), c in sorted(counts.items()):  # a fixed order: the same floats every run
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
+                raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
+            if not 0 <= b < self.size:
+                raise ValueError(f"bucket {b} is outside [0, {self.size})")
+            hist[b] += c / n
+        return hist
+
+    def mechanism(self) -> LaplaceMechanism:
+        """One vector mechanism: a person's L1 of 1 spreads over many buckets, each rounded to
+        the noise grid, so the grid inflation is size·g, not g (additive.py)."""
+        return LaplaceMechanism(1.0, float(Fraction(self.epsilon)), dimension=self.size)
+
+    def release_counts(self, counts: Mapping[tuple[int, int], int], rng: KeyedRng) -> list[float]:
+        """The histogram of the Beam side's counts with Laplace(1/ε) on every bucket: pure ε-DP."""
+        mech = self.mechanism()
+        return mech.release_vector(self.grid_sums(counts, mech.grid_exponent), rng)
 
     def exact(self, persons: Iterable[Sequence[float]]) -> list[float]:
         return self.from_counts(self.counts(persons))
@@ -124,13 +145,10 @@ class ValueHistogram:
         """Laplace(1/ε) on every bucket: pure ε-DP (module docstring)."""
         if len(exact) != self.size:
             raise ValueError(f"expected a histogram of {self.size} buckets, got {len(exact)}")
-        eps = float(Fraction(self.epsilon))
-        # one vector mechanism: a person's L1 of 1 spreads over many buckets, each rounded to
-        # the noise grid, so the grid inflation is size·g, not g (additive.py)
-        return LaplaceMechanism(1.0, eps, dimension=self.size).release_vector(exact, rng)
+        return self.mechanism().release_vector(exact, rng)
 
     def release(self, persons: Iterable[Sequence[float]], rng: KeyedRng) -> list[float]:
-        return self.add_noise(self.value_sums(self.counts(persons)), rng)
+        return self.release_counts(self.counts(persons), rng)
 
     def bound_candidates(self) -> tuple[list[float], list[float]]:
         """(lower candidates ≤ 0, upper candidates ≥ 0): 0 and the grid's edges on each side."""
