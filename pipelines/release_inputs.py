@@ -14,7 +14,10 @@ So the fingerprint covers, beside the input files (path, size, modification time
   between a run and its re-run, which the fingerprint did not see). Code it cannot read is
   refused (exit 2), not digested as a constant;
 - the userdp code itself: its version and a digest of every module of ``transforms`` and
-  ``pipelines`` (a change of a mechanism, a clamp or a rounding rule changes released values);
+  ``pipelines`` (a change of a mechanism, a clamp or a rounding rule changes released values),
+  and the versions of the libraries it writes and computes with (``_OUTPUT_LIBRARIES``: a
+  Parquet file names its writer's version, so a re-run after an upgrade could not write the
+  same bytes — refused when it starts, not after its pipeline ran);
 - the release secret file (``[release] secret_path``): a key check value, HMAC-SHA256 of a fixed
   label under the key — it identifies the key without revealing it.
 
@@ -189,9 +192,18 @@ def _with_parents(dotted: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+_OUTPUT_LIBRARIES = ("apache-beam", "numpy", "pyarrow", "fastavro", "scipy", "matplotlib")
+"""userdp's dependencies whose version can change a release's bytes (a Parquet file names its
+writer's version; a sum may round otherwise)."""
+
+
+def library_versions() -> str:
+    return "; ".join(f"{d}=={importlib.metadata.version(d)}" for d in _OUTPUT_LIBRARIES)
+
+
 def release_artifacts(job: JobConfig, secret_check: str | None) -> dict[str, str]:
     """Name → digest of everything the release reads besides its input rows (module docstring)."""
-    out = {"userdp": userdp_code_digest()}
+    out = {"userdp": userdp_code_digest(), "libraries": library_versions()}
     for i, q in enumerate(job.queries):
         if q.partitions not in (None, "private"):
             try:

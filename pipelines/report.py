@@ -38,7 +38,9 @@ def _svg(fig: Any) -> str:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    # no date and no Matplotlib version: the report's bytes are in the manifest, which a re-run
+    # of the release id must reproduce (the library's version is in the fingerprint anyway)
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]

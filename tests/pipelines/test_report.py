@@ -204,3 +204,15 @@ def test_the_largest_rows_are_read_shard_by_shard(tmp_path: Path, fmt: str) -> N
     top, total = read_largest(paths, fmt)
     assert total == 120
     assert top.column("value").to_pylist() == [float(v) for v in range(239, 239 - MAX_ROWS, -1)]
+
+
+def test_a_figure_names_neither_its_date_nor_the_matplotlib_version() -> None:
+    """The report's bytes are in the manifest, which a re-run must reproduce: a library version
+    in them (the SVG's Creator) made a re-run after an upgrade a conflict (a review)."""
+    from userdp.pipelines.report import _pyplot, _svg  # noqa: PLC0415
+
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    text = _svg(fig)
+    assert "<svg" in text and "Matplotlib v" not in text and "dc:date" not in text

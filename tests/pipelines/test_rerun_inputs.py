@@ -148,6 +148,11 @@ def _upgrade_numpy(root: Path, mp: pytest.MonkeyPatch) -> None:
     mp.setattr(importlib.metadata, "version", lambda d: "99.0.0" if d == "numpy" else installed(d))
 
 
+def _upgrade_pyarrow(root: Path, mp: pytest.MonkeyPatch) -> None:
+    installed = importlib.metadata.version  # its Parquet files name their writer's version
+    mp.setattr(importlib.metadata, "version", lambda d: "99.0" if d == "pyarrow" else installed(d))
+
+
 def _upgrade_userdp(root: Path, mp: pytest.MonkeyPatch) -> None:
     # a new version or any edited module of transforms/pipelines changes this digest
     mp.setattr(userdp.pipelines.release_inputs, "userdp_code_digest", lambda: "0.2.0 sha256:new")
@@ -164,6 +169,7 @@ EDITS = {
     "a module the function imports": _edit_imported_helper,
     "the NumPy the function calls": _upgrade_numpy,
     "userdp code": _upgrade_userdp,
+    "a library userdp writes with": _upgrade_pyarrow,
     "release key file": _replace_key_file,
 }
 
