@@ -21,13 +21,14 @@ STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose re
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         from .cli import main as run  # noqa: PLC0415 (the slow import this guards)
-        from .interrupts import notes_late_termination  # noqa: PLC0415 (loaded by .cli)
+        from .interrupts import console_process, exit_on_late_termination  # noqa: PLC0415
     except KeyboardInterrupt:
         print("userdp: interrupted while starting; nothing ran", file=sys.stderr)
         return INTERRUPTED
     try:
-        code = run(argv)
-        notes_late_termination(code)  # Beam's and the interpreter's shutdown take a while
+        with console_process():
+            code = run(argv)
+        exit_on_late_termination(code)  # Beam's and the interpreter's shutdown take a while
         flush_stdout()  # here, not at exit, so that a closed pipe is caught here
     except BrokenPipeError:
         if not stdout_gone():  # another pipe (an output FIFO, say): a failure like any other

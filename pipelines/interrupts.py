@@ -9,20 +9,21 @@ re-raises an interrupt that lands inside a step as its own RuntimeError, so both
 along the exception's cause chain (:func:`caused_by`).
 
 Once a command's work is done — published and recorded, its exit code known — a SIGTERM has
-nothing left to stop: :func:`command_finished` makes it a note on stderr, and the console script
-keeps that after the command returns (:func:`notes_late_termination`), while Beam and the
-interpreter shut down. Before, it killed the process with exit code 143 and no message, so a
-scheduler read a published, charged release as interrupted (and retried it: a new charge,
-without a fixed release id).
+nothing left to stop: :func:`command_finished` makes it a note on stderr, and in the console
+script the process then exits at once with the command's own code (:func:`_exit_with`), however
+long Beam and the interpreter would take to shut down. Before, it killed the process with exit
+code 143 and no message, so a scheduler read a published, charged release as interrupted (and
+retried it: a new charge, without a fixed release id).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -55,29 +56,55 @@ def exit_code(e: BaseException) -> int:
     return 128 + (signal.SIGTERM if caused_by(e, Terminated) else signal.SIGINT)
 
 
-_finished: list[str] = []  # the note a SIGTERM gets once the running command's work is done
+_finished: list[int] = []  # the running command's exit code, once its work is done
+_console: list[bool] = []  # set by the console script: the process ends with its command
+
+
+def _finished_note(code: int) -> str:
+    return f"userdp: SIGTERM after the command had finished; its exit code {code} stands"
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     if _finished:
-        print(_finished[-1], file=sys.stderr)
+        print(_finished_note(_finished[-1]), file=sys.stderr)
         return
     raise Terminated()
 
 
-def command_finished(note: str) -> None:
-    """The running command's work is done: a SIGTERM from now until :func:`terminating_as_interrupt`
-    ends prints ``note`` instead of interrupting."""
-    _finished.append(note)
+def _exit_with(code: int) -> Callable[[int, Any], None]:
+    def stop(signum: int, frame: Any) -> None:
+        print(_finished_note(code), file=sys.stderr)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)  # the work is done: no shutdown (Beam's can hang) to wait for
+
+    return stop
 
 
-def notes_late_termination(code: int) -> None:
+def command_finished(code: int) -> None:
+    """The running command's work is done and ``code`` is its exit code: a SIGTERM from now on
+    prints a note instead of interrupting, and in the console script (:func:`console_process`)
+    ends the process with ``code`` once the command's block has ended."""
+    _finished.append(code)
+
+
+@contextlib.contextmanager
+def console_process() -> Iterator[None]:
+    """The console script's command runs in this block: the process ends when it does."""
+    _console.append(True)
+    try:
+        yield
+    finally:
+        _console.clear()
+
+
+def exit_on_late_termination(code: int) -> None:
     """For the console script once its command has returned ``code``: a SIGTERM while Beam and
-    the interpreter shut down prints a note and leaves ``code`` as the exit code."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    note = f"userdp: SIGTERM after the command had finished; its exit code {code} stands"
-    signal.signal(signal.SIGTERM, lambda signum, frame: print(note, file=sys.stderr))
+    the interpreter shut down notes it and exits with ``code`` at once (before, the default
+    action ended a published, charged release with 143 and no message)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_with(code))
 
 
 @contextlib.contextmanager
@@ -93,7 +120,10 @@ def terminating_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:  # None: a handler set outside Python, which cannot be put back
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if _finished and _console:  # no gap until the console script's own handler
+            signal.signal(signal.SIGTERM, _exit_with(_finished[-1]))
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         _finished.clear()
 
 

@@ -155,8 +155,7 @@ def logged_command(name: str, body: Callable[[PrivateLog], int]) -> int:
         except KeyboardInterrupt as e:
             print(f"userdp {name}: interrupted while starting; nothing ran", file=sys.stderr)
             code = exit_code(e)
-        command_finished(f"userdp {name}: SIGTERM after the command had finished; its exit code "
-                         f"{code} stands")  # fmt: skip
+        command_finished(code)
     if log.path is not None:
         print(
             f"userdp {name}: library messages and details (they may quote private data; for "

@@ -393,33 +393,43 @@ def test_tune_takes_its_charge_back_when_stopped_as_the_charge_commits(
 
 
 def test_a_sigterm_after_the_command_finished_is_a_note_not_exit_143(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """An audit sent SIGTERM 0.3 s after a run had printed its summary: the release was
     published and recorded, yet the command died with 143 and no message (Beam was shutting
     down, the handler back to the default) — a scheduler retrying it charges a new release."""
-    from userdp.pipelines import entry  # noqa: PLC0415
     from userdp.pipelines.interrupts import (  # noqa: PLC0415
         Terminated,
         command_finished,
         terminating_as_interrupt,
     )
 
+    before = signal.getsignal(signal.SIGTERM)
     with terminating_as_interrupt():
         with pytest.raises(Terminated):  # while the work runs: an interrupt
             os.kill(os.getpid(), signal.SIGTERM)
             sum(range(10_000))
-        command_finished("userdp run: SIGTERM after the command had finished; ...")
+        command_finished(3)
         os.kill(os.getpid(), signal.SIGTERM)
         sum(range(10_000))  # the handler runs here: a note, no exception
-    assert "userdp run: SIGTERM after the command had finished" in capsys.readouterr().err
-    before = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(cli_module, "main", lambda argv: 3)  # a command that returned 3
-    try:
+    assert "SIGTERM after the command had finished; its exit code 3 stands" in (
+        capsys.readouterr().err
+    )
+    assert signal.getsignal(signal.SIGTERM) == before  # outside the console script: put back
+    # the console script: after its command, a SIGTERM exits at once with the command's code
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        import userdp.pipelines.cli as cli
+        from userdp.pipelines import entry
+        cli.main = lambda argv: 3  # a command that finished with exit code 3
         assert entry.main(["run", "job.toml"]) == 3
-        os.kill(os.getpid(), signal.SIGTERM)  # Beam and the interpreter shutting down
-        sum(range(10_000))
-    finally:
-        signal.signal(signal.SIGTERM, before)
-    err = capsys.readouterr().err
-    assert "userdp: SIGTERM after the command had finished; its exit code 3 stands" in err
+        os.kill(os.getpid(), signal.SIGTERM)  # while Beam and the interpreter shut down
+        time.sleep(30)
+        print("not reached")
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().endswith("its exit code 3 stands")
+    assert "not reached" not in done.stdout
