@@ -46,7 +46,7 @@ from .dead_letters import (
     settle_failed_dead_letters,
 )
 from .interrupts import RunInterrupted, caused_by, interrupts_held
-from .ledger import Reservation
+from .ledger import LedgerError, ReleaseConflictError, Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .progress import Progress
@@ -325,6 +325,24 @@ def run_release(
     return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
 
 
+def _begin_publishing(job: JobConfig, reservation: Reservation, manifest: bytes) -> None:
+    """The ledger's record of the bytes about to be published. A conflict stays a ledger
+    refusal (exit 3); a ledger that cannot be reached now is a failed run that published nothing
+    and whose charge stays reserved (it may or may not hold the hash): a re-run finishes it."""
+    try:
+        charging.begin_publishing(job, reservation, manifest)
+    except ReleaseConflictError:
+        raise
+    except LedgerError as e:
+        raise ReleaseRunError(
+            f"the ledger could not record the release's manifest before publishing ({e}); "
+            "nothing was published",
+            input_error=False,
+            charge="kept",
+            release_id=reservation.release_id,
+        ) from e
+
+
 def _files_text(layout: Mapping[str, QueryFiles]) -> str:
     n = sum(f.shards for f in layout.values())
     return f"{n} output file{'s' * (n != 1)}"
@@ -350,7 +368,7 @@ def _publish(
         report = _stage_report(c, staging, layout, job.output.format, progress)
         manifest = _manifest(c, layout, files, reservation, report)
         if reservation is not None:  # the ledger fixes these bytes for every run of this id
-            charging.begin_publishing(job, reservation, manifest)
+            _begin_publishing(job, reservation, manifest)
     except BaseException as e:
         staging.discard()  # nothing was published: the outputs were only staged
         if isinstance(e, KeyboardInterrupt):

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+import userdp.pipelines.charging
 import userdp.pipelines.job
+import userdp.pipelines.ledger
 import userdp.pipelines.publish
 import userdp.pipelines.release_inputs
 from userdp.pipelines.cli import main
@@ -253,3 +255,28 @@ def test_a_rerun_after_a_crash_while_publishing_is_held_to_the_crashed_runs_byte
     err = capsys.readouterr().err
     assert "differ from the published ones" in err and "nothing was published" in err
     assert release_files(published) == after_crash
+
+
+def test_a_ledger_gone_before_publishing_fails_the_run_and_keeps_the_charge(
+    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ledger is asked once more before publishing; unreachable then, the run published
+    nothing and its charge stays reserved — exit 1 and how to finish, not exit 3 ("nothing
+    ran", a review)."""
+    job = published / "job.toml"
+    job.write_text(JOB.replace('"weekly-1"', '"weekly-5"'))
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise userdp.pipelines.ledger.LedgerError("could not connect to the ledger database")
+
+    before = release_files(published)
+    with monkeypatch.context() as down:
+        down.setattr(userdp.pipelines.charging, "begin_publishing", unreachable)
+        capsys.readouterr()
+        assert main(["run", str(job)]) == 1
+    err = capsys.readouterr().err
+    assert "the ledger could not record the release's manifest before publishing" in err
+    assert "nothing was published" in err and "re-run with --release-id weekly-5" in err
+    assert release_files(published) == before
+    assert main(["run", str(job)]) == 0  # the ledger is back: the re-run finishes it for free
+    assert "re-run: nothing charged" in capsys.readouterr().out
