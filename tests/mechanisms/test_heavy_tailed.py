@@ -379,3 +379,14 @@ def test_noise_sign(sign: int) -> None:
 def test_noise_log_abs_not_nan() -> None:
     with pytest.raises(ValueError, match=r"noise log\|z\| must be a float .*got nan"):
         release(0.0, 1, math.nan)
+
+
+@pytest.mark.parametrize("scale", [5e-324, 3 * 5e-324, 2.0**-1022, 1.0])
+@pytest.mark.parametrize("log_abs", [-50.0, 0.0, 700.0, 709.5, 712.0, 745.0])
+def test_tiny_and_subnormal_scales_release_without_error(scale: float, log_abs: float) -> None:
+    """A review: scale 5e-324 halved to 0.0 and log(0) raised; 3·2^-1074 halved with a 33%
+    error. The noise (scale/2)·e^(log|z|) is now formed without halving a subnormal scale."""
+    r = release(0.0, 1, log_abs, scale=scale, lower=-1e10, upper=1e10)
+    assert -1e10 <= r <= 1e10
+    if scale == 3 * 5e-324 and log_abs == 700.0:  # 3·2^-1074·e^700, ≈ 1.5e-19: exact enough
+        assert r == pytest.approx(scale * math.exp(700.0), rel=2.0**-20)

@@ -72,6 +72,7 @@ enough that a cell spans ≥ 2^30 float sums, so float rounding moves a cell's p
 ≤ 2^−21 of the scale; the smooth-sensitivity noise is ≥ 2^−20 of it, times 2(γ+1)/ε)."""
 
 _MIN_NORMAL_EXP = -1022  # 2^−1022, the smallest normal float: the grid never goes below it
+_MIN_NORMAL = math.ldexp(1.0, _MIN_NORMAL_EXP)
 _LN2 = math.log(2.0)
 _EXP_FINITE = 709.0  # exp(709) ≈ 8.2e307 is a float
 _MAX_ZERO_BITS = 1000  # fine uniforms below 2^−1000 are redrawn (probability 2^−1000)
@@ -230,9 +231,11 @@ def _half_noise(scale: float, log_abs: float) -> float:
     the scale nears the float range, a relative error of the noise that moved release cells'
     boundaries by up to 2^−14 of a cell (module docstring, "Residual floating-point risk")."""
     try:
-        if log_abs <= _EXP_FINITE:
+        if log_abs <= _EXP_FINITE and scale >= _MIN_NORMAL * 2.0:  # halving the scale is exact
             return (scale * 0.5) * math.exp(log_abs)  # +inf past the range: the bound is reached
-        return math.exp(math.log(scale * 0.5) + log_abs)  # e^(log|z|) overflows: a tiny scale
+        if log_abs <= _EXP_FINITE:  # a subnormal scale: halve the product, not the scale
+            return scale * math.exp(log_abs) * 0.5
+        return math.exp(math.log(scale) + log_abs - _LN2)  # e^(log|z|) overflows: a tiny scale
     except OverflowError:  # math.exp past the float range
         return math.inf
 
