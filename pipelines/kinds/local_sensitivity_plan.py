@@ -177,13 +177,13 @@ def _noise_line(noise: SmoothNoise) -> str:
     m = f"value + {noise.multiplier:.4g}·S(x)·Z"
     if isinstance(noise, CauchyNoise):
         return (
-            f"noise: Cauchy-type 1/(1+|z|^{noise.gamma:g}), β = ε/(2(γ+1)) = {noise.beta:.4g}; "
-            f"{m} (scale 2(γ+1)·S/ε)"
+            f"noise: Cauchy-type 1/(1+|z|^{noise.gamma:g}), β = ε'/(2(γ+1)) = {noise.beta:.4g}; "
+            f"{m} (scale 2(γ+1)·S/ε'; ε' = ε − 2^-26, set aside for the float arithmetic)"
         )
     if isinstance(noise, LaplaceNoise):
         return (
-            f"noise: Laplace, β = ε/(2 ln(2/δ₀)) = {noise.beta:.4g} (δ₀ = {noise.delta_seed:.3g});"
-            f" {m} (scale 2·S/ε)"
+            f"noise: Laplace, β = ε'/(2 ln(2/δ₀)) = {noise.beta:.4g} (δ₀ = {noise.delta_seed:.3g});"
+            f" {m} (scale 2·S/ε'; ε' = ε − 2^-26, set aside for the float arithmetic)"
         )
     return (
         f"noise: Laplace-log-normal σ = {noise.sigma:.4g}, t = β = {noise.beta:.4g} "

@@ -281,13 +281,13 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
     assert (
         "med: share (ε=0.2, δ=2.5e-07)\n"
         "  median of per-person mean(duration_s), clamped to [0, 600]: smooth sensitivity (NRS07)\n"
-        "  noise: Laplace, β = ε/(2 ln(2/δ₀)) = 0.006271 (δ₀ = 2.38e-07); value + 10·S(x)·Z "
-        "(scale 2·S/ε)\n"
+        "  noise: Laplace, β = ε'/(2 ln(2/δ₀)) = 0.006271 (δ₀ = 2.38e-07); value + 10·S(x)·Z "
+        "(scale 2·S/ε'; ε' = ε − 2^-26, set aside for the float arithmetic)\n"
         "  guarantee: (ε=0.2, δ=2.5e-07) for add/remove one person\n"
     ) in text
     assert "q90: share (ε=0.2, δ=0)\n" in text
     assert "quantile (q = 9/10) of per-person mean(duration_s)" in text
-    assert "Cauchy-type 1/(1+|z|^4), β = ε/(2(γ+1)) = 0.02; value + 50·S(x)·Z" in text
+    assert "Cauchy-type 1/(1+|z|^4), β = ε'/(2(γ+1)) = 0.02; value + 50·S(x)·Z" in text
     assert "proposed bound b = 2: pass iff D(x, b) + DLap(2/ε) ≥ T = " in text
     assert "release: + Laplace scale 20 (b/(ε/2))" in text
     assert "no proposed bound: 24 rungs b = 7.153e-05 … 600 (×2), sparse vector" in text
@@ -441,7 +441,7 @@ def test_userdp_run_end_to_end_records_beta_noise_and_guarantees(
     assert main(["generate", "--people", "600", "--out", str(data)]) == 0
     assert main(["plan", str(tmp_path / "job.toml")]) == 0
     printed = capsys.readouterr().out
-    assert "β = ε/(2(γ+1)) = 0.04" in printed and "guarantee: ε=0.4 for add/remove" in printed
+    assert "β = ε'/(2(γ+1)) = 0.04" in printed and "guarantee: ε=0.4 for add/remove" in printed
     assert main(["run", str(tmp_path / "job.toml")]) == 0
     out = tmp_path / "release_local"
     manifest = json.loads((out / "manifest.json").read_text())

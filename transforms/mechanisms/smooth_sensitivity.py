@@ -127,7 +127,7 @@ class CauchyNoise:
             "noise": "cauchy",
             "gamma": self.gamma,
             "beta": self.beta,
-            "scale": "2(γ+1)·S/ε",
+            "scale": "2(γ+1)·S/ε', ε' = ε − 2^-26 (the float release's set-aside)",
             "guarantee": self.guarantee.to_manifest(),
         }
 
@@ -174,7 +174,7 @@ class LaplaceNoise:
             "noise": "laplace",
             "beta": self.beta,
             "delta_seed": self.delta_seed,
-            "scale": "2·S/ε",
+            "scale": "2·S/ε', ε' = ε − 2^-26, δ' = δ·(1 − 2^-26) (the float release's set-aside)",
             "guarantee": self.guarantee.to_manifest(),
         }
 
