@@ -278,7 +278,7 @@ def run_release(
             with interrupts_held("finishing the ledger's charge"):  # so it can be taken back
                 reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
         keys = _release_keys(job, reservation, release_key)
-        staging = Staging.create(job.output.path, private=job.runner.name == "direct")
+        staging = Staging.create(job.output.path, private=_workers_are_the_launcher(job))
         layout = output_layout(job, c.plan)
         rid = reservation.release_id if reservation is not None else None
         files_text = _files_text(layout)
@@ -323,6 +323,17 @@ def run_release(
             release_id=rid,
         ) from e
     return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
+
+
+def _workers_are_the_launcher(job: JobConfig) -> bool:
+    """Direct, or the portable runner's embedded job service with LOOPBACK workers: every worker
+    is this process, so an owner-only staging directory cannot lock a worker out."""
+    options = job.runner.options
+    return job.runner.name == "direct" or (
+        job.runner.name == "portable"
+        and options.get("job_endpoint", "embed") == "embed"
+        and options.get("environment_type", "LOOPBACK") == "LOOPBACK"
+    )
 
 
 def _begin_publishing(job: JobConfig, reservation: Reservation, manifest: bytes) -> None:

@@ -166,9 +166,13 @@ class Staging:
         remove_abandoned_staging(output)
         staging = FileSystems.join(parent, f"{_staging_prefix(name)}{secrets.token_hex(6)}")
         try:
-            created = _make_dirs(staging)
-            if private and is_local_path(staging):
+            if private and is_local_path(staging):  # owner-only from its first instant
+                created = _make_dirs(FileSystems.split(staging)[0])
+                os.mkdir(staging, 0o700)
                 os.chmod(staging, 0o700)  # exact, whatever the umask
+                created.append(os.path.abspath(staging))
+            else:
+                created = _make_dirs(staging)
             lock = _hold(staging) if is_local_path(staging) else None
         except Exception as e:
             raise OutputLocationError(
