@@ -9,6 +9,8 @@ imports nothing heavy itself.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import select
 import sys
@@ -18,17 +20,33 @@ INTERRUPTED = 130
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def console() -> None:
+    """The ``userdp`` console script: :func:`main`, then the process ends at once with its code.
+
+    Once the command has returned, its work is published and recorded and its files closed;
+    what is left is Beam's and the interpreter's shutdown, a fraction of a second in which
+    Python no longer runs signal handlers, so a scheduler's SIGTERM there ended a finished,
+    charged release with exit 143 and no message (an audit; a review). So the process does not
+    wait for it: stdout and stderr are flushed, logging shut down, and ``os._exit`` ends it.
+    Library callers use :func:`main`, which leaves the process alone."""
+    code = main(sys.argv[1:], console_process=True)
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+        flush_stdout()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None, *, console_process: bool = False) -> int:
     try:
         from .cli import main as run  # noqa: PLC0415 (the slow import this guards)
-        from .interrupts import console_process, exit_on_late_termination  # noqa: PLC0415
+        from .interrupts import ending_with_the_command  # noqa: PLC0415 (loaded by .cli)
     except KeyboardInterrupt:
         print("userdp: interrupted while starting; nothing ran", file=sys.stderr)
         return INTERRUPTED
     try:
-        with console_process():
+        with ending_with_the_command(console_process):
             code = run(argv)
-        exit_on_late_termination(code)  # Beam's and the interpreter's shutdown take a while
         flush_stdout()  # here, not at exit, so that a closed pipe is caught here
     except BrokenPipeError:
         if not stdout_gone():  # another pipe (an output FIFO, say): a failure like any other
@@ -79,4 +97,4 @@ def silence_stdout() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -10,10 +10,11 @@ along the exception's cause chain (:func:`caused_by`).
 
 Once a command's work is done — published and recorded, its exit code known — a SIGTERM has
 nothing left to stop: :func:`command_finished` makes it a note on stderr, and in the console
-script the process then exits at once with the command's own code (:func:`_exit_with`), however
-long Beam and the interpreter would take to shut down. Before, it killed the process with exit
-code 143 and no message, so a scheduler read a published, charged release as interrupted (and
-retried it: a new charge, without a fixed release id).
+script the process then exits at once with the command's own code (:func:`_exit_with`); after
+the command returns, the console script ends the process itself (``entry.console``), since
+Python runs no signal handler while the interpreter shuts down. Before, it killed the process
+with exit code 143 and no message, so a scheduler read a published, charged release as
+interrupted (and retried it: a new charge, without a fixed release id).
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 def _exit_with(code: int) -> Callable[[int, Any], None]:
     def stop(signum: int, frame: Any) -> None:
-        print(_finished_note(code), file=sys.stderr)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a closed stderr must not keep the process alive
+            print(_finished_note(code), file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)  # the work is done: no shutdown (Beam's can hang) to wait for
@@ -90,21 +91,17 @@ def command_finished(code: int) -> None:
 
 
 @contextlib.contextmanager
-def console_process() -> Iterator[None]:
-    """The console script's command runs in this block: the process ends when it does."""
-    _console.append(True)
+def ending_with_the_command(console: bool) -> Iterator[None]:
+    """The command runs in this block; ``console``: in the console script, whose process ends
+    with the command (``entry.console``), so a SIGTERM after the command finished, until the
+    process exits, notes it and exits with the command's code. Library callers pass False and
+    keep their handlers."""
+    if console:
+        _console.append(True)
     try:
         yield
     finally:
         _console.clear()
-
-
-def exit_on_late_termination(code: int) -> None:
-    """For the console script once its command has returned ``code``: a SIGTERM while Beam and
-    the interpreter shut down notes it and exits with ``code`` at once (before, the default
-    action ended a published, charged release with 143 and no message)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_with(code))
 
 
 @contextlib.contextmanager

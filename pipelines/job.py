@@ -278,7 +278,7 @@ def run_release(
             with interrupts_held("finishing the ledger's charge"):  # so it can be taken back
                 reservation = charging.reserve(job, c.plan, c.schema.files, release_id, artifacts)
         keys = _release_keys(job, reservation, release_key)
-        staging = Staging.create(job.output.path, private=_workers_are_the_launcher(job))
+        staging = Staging.create(job.output.path, private=_workers_are_the_launcher(job, c))
         layout = output_layout(job, c.plan)
         rid = reservation.release_id if reservation is not None else None
         files_text = _files_text(layout)
@@ -325,14 +325,17 @@ def run_release(
     return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
 
 
-def _workers_are_the_launcher(job: JobConfig) -> bool:
-    """Direct, or the portable runner's embedded job service with LOOPBACK workers: every worker
-    is this process, so an owner-only staging directory cannot lock a worker out."""
-    options = job.runner.options
-    return job.runner.name == "direct" or (
+def _workers_are_the_launcher(job: JobConfig, c: _Checked) -> bool:
+    """Direct, or the portable runner's embedded job service with LOOPBACK workers (the options
+    as resolved: command-line flags override the file): every worker is this process, so an
+    owner-only staging directory cannot lock a worker out."""
+    if job.runner.name == "direct":
+        return True
+    options = c.options.get_all_options()
+    return (
         job.runner.name == "portable"
-        and options.get("job_endpoint", "embed") == "embed"
-        and options.get("environment_type", "LOOPBACK") == "LOOPBACK"
+        and options.get("job_endpoint") == "embed"
+        and options.get("environment_type") == "LOOPBACK"
     )
 
 
@@ -408,5 +411,15 @@ def _publish(
         except KeyboardInterrupt as e:  # published: only the ledger's record is unfinished
             raise RunInterrupted(
                 "after publishing, before the ledger recorded it", "kept", rid
+            ) from e
+        except ReleaseConflictError:
+            raise
+        except LedgerError as e:  # published: only the ledger's record is unfinished
+            raise ReleaseRunError(
+                f"the release is published in {job.output.path}, but the ledger could not record "
+                f"it ({e})",
+                input_error=False,
+                charge="kept",
+                release_id=rid,
             ) from e
     return ReleaseResult(published, FileSystems.join(job.output.path, MANIFEST), reservation)

@@ -33,7 +33,9 @@ import importlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import site as site_module
 import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,26 +66,33 @@ def function_source_digest(function: str) -> str:
 
 
 def _reached_code(root: str) -> list[str]:
-    """Sorted lines: ``<module> <digest>`` for ``root`` and every user module it reaches, and
-    ``<distribution>==<version>`` for the installed packages it reaches (not walked into).
+    """Sorted lines: ``<module> <digest>`` for ``root``, its packages and every user module they
+    reach, and ``<distribution>==<version>`` for the installed packages reached (not walked).
 
     A module reaches what its source imports (anywhere in the file, so imports inside functions
     and ``from m import CONSTANT`` count), read from the source, never from what happens to be
-    loaded: the first run and a re-run in another process digest alike. The standard library and
-    userdp (``userdp_code_digest``) are left out; installed means provided by a distribution in
-    this environment's metadata, wherever it lies (site-packages, ``--user``, a ``.pth``
-    directory); everything else is the user's code, ``root`` always included. Finding a
-    submodule imports its package, as Python itself does when the function runs."""
-    seen, todo, lines = {root}, [root], set[str]()
+    loaded: the first run and a re-run in another process digest alike. Each module is judged by
+    where its file lies (:func:`_kind`): the standard library and userdp (``userdp_code_digest``)
+    are left out; a file a distribution installed counts by that distribution's version;
+    anything else is the user's code — also an editable install, or a module named like a
+    standard one that shadows it. Specs are found without running any package's code; a module
+    that cannot be found is left out, as a guarded ``try: import x`` leaves it at run time."""
+    first = _with_parents(root)
+    seen, todo, lines = set(first), list(reversed(first)), set[str]()
     while todo:
         if len(seen) > _MAX_MODULES:
             raise UnreadableCodeError(f"{root} reaches more than {_MAX_MODULES} modules")
         name = todo.pop()
-        top = name.split(".", 1)[0]
-        if name != root and not _is_user_top(top):  # installed: named by its version
-            lines.update(_installed_versions(top))
+        kind = _kind(name)
+        if kind is None and name == root:
+            raise UnreadableCodeError(f"module {name} cannot be found")
+        if kind in (None, "stdlib"):
             continue
-        lines.update(_installed_versions(top))  # a root inside an installed package: both
+        top = name.split(".", 1)[0]
+        if kind == "installed":
+            lines.update(_installed_versions(top))
+            if name not in first:  # an installed package is named by its version, not walked
+                continue
         source = _module_source(name)
         if source is None:  # a namespace package: no code of its own
             continue
@@ -94,8 +103,30 @@ def _reached_code(root: str) -> list[str]:
     return sorted(lines)
 
 
-def _is_user_top(top: str) -> bool:
-    return top != "userdp" and top not in sys.stdlib_module_names and not _distributions().get(top)
+_STDLIB_DIRS = tuple(
+    Path(p).resolve() for key in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))
+)
+
+
+def _kind(name: str) -> str | None:
+    """``"stdlib"``, ``"installed"`` (a file of an installed distribution), ``"user"``, or None
+    when the module cannot be found. userdp's own modules count as the standard library here:
+    ``userdp_code_digest`` covers them."""
+    top = name.split(".", 1)[0]
+    spec = None if top == "userdp" else _spec(name)
+    origin = spec.origin if spec is not None else None
+    if spec is None or origin in ("built-in", "frozen"):
+        return "stdlib" if spec is not None or top == "userdp" else None
+    if origin is None or origin == "namespace" or not Path(origin).exists():
+        return "user"  # a namespace package, or code in a zip: the user's
+    path = Path(origin).resolve()
+    site = (*site_module.getsitepackages(), site_module.getusersitepackages())
+    if path in _installed_files(name.split(".", 1)[0]) or any(
+        path.is_relative_to(Path(d).resolve())
+        for d in site  # a distribution without RECORD
+    ):
+        return "installed"
+    return "stdlib" if any(path.is_relative_to(d) for d in _STDLIB_DIRS) else "user"
 
 
 @functools.cache
@@ -103,22 +134,52 @@ def _distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+@functools.cache
+def _installed_files(top: str) -> frozenset[Path]:
+    """The files the distributions providing the import name ``top`` installed (RECORD): an
+    editable install lists its finder, not the sources, whose modules are then the user's."""
+    files: set[Path] = set()
+    for dist_name in set(_distributions().get(top, [])):
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for f in dist.files or ():
+            files.add(Path(str(dist.locate_file(f))).resolve())
+    return frozenset(files)
+
+
 def _installed_versions(top: str) -> tuple[str, ...]:
     """``<distribution>==<version>`` of the installed distributions that provide the import name
-    ``top`` (none for the standard library and the user's own modules), from their metadata:
-    the same whether or not the package is loaded."""
-    dists = sorted(set(_distributions().get(top, [])))
-    return tuple(f"{d}=={importlib.metadata.version(d)}" for d in dists)
+    ``top``, from their metadata: the same whether or not the package is loaded."""
+    out = []
+    for d in sorted(set(_distributions().get(top, []))):
+        try:
+            out.append(f"{d}=={importlib.metadata.version(d)}")
+        except importlib.metadata.PackageNotFoundError:  # named, but its metadata is gone
+            out.append(f"{d}==?")
+    return tuple(out)
 
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """The module's spec, found without running any module: a loaded module's own; a top-level
+    name by the import system's finders (they run no module code); a submodule by the path
+    finder in its package's ``__path__`` (``importlib.util.find_spec`` would import the package).
+    None when not found, whatever the finders raise."""
     module = sys.modules.get(name)
     spec = getattr(module, "__spec__", None) if module is not None else None
     if isinstance(spec, importlib.machinery.ModuleSpec):
         return spec
+    parent, _, _ = name.rpartition(".")
     try:
-        return importlib.util.find_spec(name)
-    except (ImportError, ValueError):  # a parent package that fails, or a bad name
+        if not parent:
+            return importlib.util.find_spec(name)
+        package = _spec(parent)
+        if package is None or package.submodule_search_locations is None:
+            return None
+        locations = list(package.submodule_search_locations)
+        return importlib.machinery.PathFinder.find_spec(name, locations)
+    except Exception:
         return None
 
 
@@ -154,9 +215,9 @@ def _module_source(name: str) -> bytes | None:
 
 
 def _imports_in_source(source: bytes, name: str, package: str) -> set[str]:
-    """Modules the source imports: ``import a.b`` and ``from a.b import c`` give a, a.b and
-    (when it is a module) a.b.c; relative imports resolve against ``package``. The standard
-    library and userdp are dropped; an installed package is kept by its top-level name."""
+    """Modules the source may import: ``import a.b`` and ``from a.b import c`` give a, a.b and
+    a.b.c (c may be a name, not a module: then it is not found); relative imports resolve
+    against ``package``. What each is, is decided where its file lies (:func:`_kind`)."""
     try:
         tree = ast.parse(source, name)
     except (SyntaxError, ValueError):  # compiled code (an extension module): its bytes count
@@ -174,16 +235,7 @@ def _imports_in_source(source: bytes, name: str, package: str) -> set[str]:
                 continue
             dotted.update(_with_parents(resolved))
             dotted.update(f"{resolved}.{a.name}" for a in node.names if a.name != "*")
-    found: set[str] = set()
-    for n in dotted:
-        top = n.split(".", 1)[0]
-        if not top or top in sys.stdlib_module_names or top == "userdp":
-            continue
-        if not _is_user_top(top):  # installed: its top-level name carries the version
-            found.add(top)
-        elif _spec(n) is not None:  # `from a import b`: b may be a name, not a module
-            found.add(n)
-    return found
+    return {n for n in dotted if n}
 
 
 def _with_parents(dotted: str) -> list[str]:

@@ -36,7 +36,7 @@ def test_the_wheel_installs_only_userdp(tmp_path: Path) -> None:
     for module in modules:
         assert f"userdp/{module}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert "userdp = userdp.pipelines.entry:main" in entry_points
+    assert "userdp = userdp.pipelines.entry:console" in entry_points
 
 
 def test_no_module_imports_the_bare_folder_names() -> None:

@@ -154,3 +154,37 @@ def test_built_in_zipped_installed_and_unreadable_modules(
     (tmp_path / "fp_uses_made.py").write_text("import fp_made\n\n\ndef f(t):\n    return 1.0\n")
     with pytest.raises(release_inputs.UnreadableCodeError, match="module fp_made has no file"):
         function_source_digest("fp_uses_made:f")
+
+
+def test_packages_editable_installs_and_guarded_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second review's cases: the function's own package `__init__` runs with it (an edit
+    went unseen); a package whose name a distribution claims but whose files it did not install
+    (an editable install) is the user's code; a guarded import of a package whose `__init__`
+    raises must not crash the walker (it ran the `__init__` to find a submodule)."""
+    pkg = tmp_path / "fp_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("SCALE = 1\n")
+    (pkg / "helper.py").write_text("def values(t):\n    return [1.0]\n")
+    (pkg / "fn.py").write_text(
+        "from .helper import values\n\ntry:\n    import fp_broken.sub\nexcept Exception:\n"
+        "    pass\n\n\ndef f(t):\n    return values(t)[0]\n"
+    )
+    broken = tmp_path / "fp_broken"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('not today')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("fp_pkg", "fp_pkg.fn", "fp_pkg.helper", "fp_broken"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    distributions = dict(release_inputs._distributions())
+    monkeypatch.setattr(  # an editable install: the name is claimed, the files are not listed
+        release_inputs, "_distributions", lambda: {**distributions, "fp_pkg": ["fp-pkg-dist"]}
+    )
+    first = function_source_digest("fp_pkg.fn:f")  # no RuntimeError from fp_broken
+    assert "fp_broken" not in sys.modules  # found, never run
+    (pkg / "__init__.py").write_text("SCALE = 2\n")
+    second = function_source_digest("fp_pkg.fn:f")
+    assert second != first  # the package's __init__ counts
+    (pkg / "helper.py").write_text("def values(t):\n    return [2.0]\n")
+    assert function_source_digest("fp_pkg.fn:f") != second  # walked although the name is claimed
