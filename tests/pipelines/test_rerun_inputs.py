@@ -280,3 +280,25 @@ def test_a_ledger_gone_before_publishing_fails_the_run_and_keeps_the_charge(
     assert release_files(published) == before
     assert main(["run", str(job)]) == 0  # the ledger is back: the re-run finishes it for free
     assert "re-run: nothing charged" in capsys.readouterr().out
+
+
+def test_a_ledger_gone_after_publishing_says_the_release_is_out(
+    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Published, but the ledger could not record it: exit 1 saying so (it was exit 3, which
+    means "refused, nothing ran"), and a re-run of the id records it for free."""
+    job = published / "job.toml"
+    job.write_text(JOB.replace('"weekly-1"', '"weekly-6"'))
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise userdp.pipelines.ledger.LedgerError("database is locked")
+
+    with monkeypatch.context() as down:
+        down.setattr(userdp.pipelines.charging, "complete", unreachable)
+        capsys.readouterr()
+        assert main(["run", str(job)]) == 1
+    err = capsys.readouterr().err
+    assert "release/, but the ledger could not record it (database is locked)" in err
+    assert "re-run with --release-id weekly-6" in err
+    assert main(["run", str(job)]) == 0  # records the completed release, nothing charged
+    assert "re-run: nothing charged" in capsys.readouterr().out
