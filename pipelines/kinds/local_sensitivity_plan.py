@@ -183,7 +183,8 @@ def _noise_line(noise: SmoothNoise) -> str:
     if isinstance(noise, LaplaceNoise):
         return (
             f"noise: Laplace, β = ε'/(2 ln(2/δ₀)) = {noise.beta:.4g} (δ₀ = {noise.delta_seed:.3g});"
-            f" {m} (scale 2·S/ε'; ε' = ε − 2^-26, set aside for the float arithmetic)"
+            f" {m} (scale 2·S/ε'; ε' = ε − 2^-26 and δ·(1 − 2^-26), set aside for the float "
+            "arithmetic)"
         )
     return (
         f"noise: Laplace-log-normal σ = {noise.sigma:.4g}, t = β = {noise.beta:.4g} "

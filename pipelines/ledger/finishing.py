@@ -39,6 +39,13 @@ class FinishingMixin(ABC):
     @abstractmethod
     def _set_spend(tx: Tx, acc: AccountStatus, spent: Amount, now: str) -> None: ...
 
+    def _locked_release(self, tx: Tx, rid: str, why_needed: str) -> ReleaseRecord:
+        """The release's record, locked for this transaction; LedgerError if there is none."""
+        found = load_release(tx, rid, self.for_update, with_secret=False)
+        if found is None:
+            raise LedgerError(f"release {rid!r} is not in the ledger: {why_needed}")
+        return found[0]
+
     # ------------------------------------------------------------------------------ complete
 
     def begin_publishing(self, release_id: str, manifest_hash: str) -> None:
@@ -57,13 +64,7 @@ class FinishingMixin(ABC):
         mh = manifest_hash_text(manifest_hash)
 
         def body(tx: Tx) -> None:
-            found = load_release(tx, rid, self.for_update, with_secret=False)
-            if found is None:
-                raise LedgerError(
-                    f"release {rid!r} is not in the ledger: a release publishes only after its "
-                    "reservation"
-                )
-            record = found[0]
+            record = self._locked_release(tx, rid, "a release publishes only after its reservation")
             if record.manifest_hash is not None:
                 if record.manifest_hash != mh:
                     raise ReleaseConflictError(
@@ -94,13 +95,9 @@ class FinishingMixin(ABC):
         outs = {str(k): str(v) for k, v in outputs.items()}
 
         def body(tx: Tx) -> ReleaseRecord:
-            found = load_release(tx, rid, self.for_update, with_secret=False)
-            if found is None:
-                raise LedgerError(
-                    f"release {rid!r} is not in the ledger: a release is completed only after "
-                    "its reservation"
-                )
-            record = found[0]
+            record = self._locked_release(
+                tx, rid, "a release is completed only after its reservation"
+            )
             if record.status == "reserved" and record.manifest_hash not in (None, mh):
                 raise ReleaseConflictError(
                     f"release {rid!r} began publishing with manifest hash {record.manifest_hash}"
@@ -148,10 +145,7 @@ class FinishingMixin(ABC):
         rid = check_name(release_id, "release id")
 
         def body(tx: Tx) -> bool:
-            found = load_release(tx, rid, self.for_update, with_secret=False)
-            if found is None:
-                raise LedgerError(f"release {rid!r} is not in the ledger: nothing to cancel")
-            record = found[0]
+            record = self._locked_release(tx, rid, "nothing to cancel")
             if record.status != "reserved":
                 raise LedgerError(
                     f"release {rid!r} is {record.status}: a published release keeps its charge"

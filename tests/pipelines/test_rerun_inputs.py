@@ -192,11 +192,8 @@ def test_editing_anything_the_release_reads_refuses_the_rerun_before_it_runs(
     assert release_files(published) == before and siblings(published) == beside
 
 
-def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
-    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Defence in depth: a change the fingerprint does not see (simulated by hiding the key
-    file's digest) still cannot overwrite the release — the manifests are compared first."""
+def _fingerprint_blind_to_the_key_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change the fingerprint does not see, simulated: the key file's digest is left out."""
     original = userdp.pipelines.release_inputs.release_artifacts
 
     def blind(*args: object, **kwargs: object) -> dict[str, str]:
@@ -204,6 +201,14 @@ def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
         return {k: v for k, v in artifacts.items() if not k.endswith(".partitions")}
 
     monkeypatch.setattr(userdp.pipelines.job, "release_artifacts", blind)
+
+
+def test_a_rerun_whose_outputs_differ_is_refused_before_publishing(
+    published: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defence in depth: a change the fingerprint does not see (simulated by hiding the key
+    file's digest) still cannot overwrite the release — the manifests are compared first."""
+    _fingerprint_blind_to_the_key_file(monkeypatch)
     job = published / "job.toml"
     job.write_text(JOB.replace('"weekly-1"', '"weekly-2"'))  # a new id, fingerprinted blind
     assert main(["run", str(job)]) == 0
@@ -224,13 +229,7 @@ def test_a_rerun_after_a_crash_while_publishing_is_held_to_the_crashed_runs_byte
     does not see (a module a function imports; simulated by hiding the key file's digest), the
     same noise on a different statistic — the exact difference, for one charge (an audit's
     finding). The ledger now fixes the manifest's hash before any file moves."""
-    original = userdp.pipelines.release_inputs.release_artifacts
-
-    def blind(*args: object, **kwargs: object) -> dict[str, str]:
-        artifacts = original(*args, **kwargs)  # type: ignore[arg-type]
-        return {k: v for k, v in artifacts.items() if not k.endswith(".partitions")}
-
-    monkeypatch.setattr(userdp.pipelines.job, "release_artifacts", blind)
+    _fingerprint_blind_to_the_key_file(monkeypatch)
     job = published / "job.toml"
     job.write_text(JOB.replace('"weekly-1"', '"weekly-3"'))
     renames = []
