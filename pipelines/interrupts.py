@@ -85,8 +85,8 @@ def _exit_with(code: int) -> Callable[[int, Any], None]:
 
 def command_finished(code: int) -> None:
     """The running command's work is done and ``code`` is its exit code: a SIGTERM from now on
-    prints a note instead of interrupting, and in the console script (:func:`console_process`)
-    ends the process with ``code`` once the command's block has ended."""
+    prints a note instead of interrupting, and in the console script
+    (:func:`ending_with_the_command`) ends the process with ``code`` once the block has ended."""
     _finished.append(code)
 
 

@@ -80,7 +80,7 @@ def _reached_code(root: str) -> list[str]:
     first = _with_parents(root)
     seen, todo, lines = set(first), list(reversed(first)), set[str]()
     while todo:
-        if len(seen) > _MAX_MODULES:
+        if len(lines) > _MAX_MODULES:
             raise UnreadableCodeError(f"{root} reaches more than {_MAX_MODULES} modules")
         name = todo.pop()
         kind = _kind(name)
@@ -121,7 +121,7 @@ def _kind(name: str) -> str | None:
         return "user"  # a namespace package, or code in a zip: the user's
     path = Path(origin).resolve()
     site = (*site_module.getsitepackages(), site_module.getusersitepackages())
-    if path in _installed_files(name.split(".", 1)[0]) or any(
+    if path in _installed_files(top) or any(
         path.is_relative_to(Path(d).resolve())
         for d in site  # a distribution without RECORD
     ):
