@@ -183,8 +183,9 @@ def test_rounded_quotient_is_exact_round_half_even() -> None:
     from userdp.transforms.mechanisms.additive import rounded_quotient  # noqa: PLC0415
 
     gen = np.random.default_rng(5)  # not noise: test inputs
-    cases = [(int(gen.integers(0, 10**12)), int(gen.integers(1, 10**4)), int(gen.integers(-40, 8)))
-             for _ in range(3000)]  # fmt: skip
+    cases = [(int(gen.integers(-10**12, 10**12)), int(gen.integers(1, 10**4)),
+              int(gen.integers(-40, 8))) for _ in range(3000)]  # fmt: skip
     cases += [(1, 2, 0), (3, 2, 0), (5, 2, 0), (0, 7, -3), (6, 4, -1), (10, 8, 0)]  # ties
+    cases += [(-1, 2, 0), (-3, 2, 0), (-5, 2, 0), (-6, 4, -1)]  # negative ties
     for num, den, k in cases:
         assert rounded_quotient(num, den, k) == round(Fraction(num, den) / Fraction(2) ** k)

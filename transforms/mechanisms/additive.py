@@ -50,8 +50,9 @@ def granularity_exponent(scale: float) -> int:
 
 
 def rounded_quotient(num: int, den: int, k: int) -> int:
-    """round(num / (den·2^k)) exactly, ties to even, in integers (num ≥ 0, den ≥ 1): a term put
-    on the noise grid 2^k without a Fraction whose denominator would grow in a sum."""
+    """round(num / (den·2^k)) exactly, ties to even, in integers (den ≥ 1; divmod floors, so a
+    negative num rounds alike): the one rounding rule onto the noise grid 2^k, used by
+    :func:`_round_to_grid` and by sums of many terms (no Fraction whose denominator grows)."""
     if k <= 0:
         q, r = divmod(num << -k, den)
         d = den
@@ -76,7 +77,8 @@ def _round_to_grid(x: float | Fraction, k: int) -> int:
             return round(math.ldexp(x, -k))  # scaling by 2^−k ≥ 1 without overflow is exact
     elif isinstance(x, bool) or not isinstance(x, (int, Fraction)):
         raise TypeError(f"the value must be a float, int or Fraction, got {type(x).__name__}")
-    return round(Fraction(x) / Fraction(2) ** k)
+    exact = Fraction(x)
+    return rounded_quotient(exact.numerator, exact.denominator, k)
 
 
 def _noisy(value: float | Fraction, k: int, noise: int) -> float:

@@ -34,7 +34,7 @@ gives the same histogram to the last bit.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -132,11 +132,7 @@ class ContributionHistograms:
         by 1 + 3·10⁻⁸ past ~2^27 pairs (a review); exact fractions cost time quadratic in the
         distinct P of a cell (their denominators' LCM). Integers here: linear."""
         units = [0] * (self.size * self.size)
-        for (p, rb), n in pairs.items():
-            _count(p, "P")
-            _count(n, "a pair count")
-            if not 0 <= rb < self.size:
-                raise ValueError(f"bucket {rb} is outside [0, {self.size})")
+        for p, rb, n in self._checked(pairs.items()):
             units[self.bucket(p) * self.size + rb] += rounded_quotient(n, p, k)
         step = Fraction(2) ** k
         return [u * step for u in units]
@@ -144,13 +140,24 @@ class ContributionHistograms:
     def from_pair_counts(self, pairs: Mapping[tuple[int, int], int]) -> Grid:
         """The joint histogram in floats (noise off, for tests and display): not private."""
         grid = [[0.0] * self.size for _ in range(self.size)]
-        for (p, rb), n in sorted(pairs.items()):  # a fixed order: the same floats every run
+        # a fixed order: the same floats every run
+        for p, rb, n in self._checked(sorted(pairs.items())):
+            grid[self.bucket(p)][rb] += n / p
+        return grid
+
+    def _checked(
+        self, items: Iterable[tuple[tuple[int, int], int]]
+    ) -> Iterator[tuple[int, int, int]]:
+        """(P, bucket of r, pairs) of the Beam side's pair counts, each checked."""
+        for (p, rb), n in items:
             _count(p, "P")
             _count(n, "a pair count")
             if not 0 <= rb < self.size:
                 raise ValueError(f"bucket {rb} is outside [0, {self.size})")
-            grid[self.bucket(p)][rb] += n / p
-        return grid
+            yield p, rb, n
+
+    def _rows(self, flat: Sequence[float]) -> Grid:
+        return [list(flat[i * self.size : (i + 1) * self.size]) for i in range(self.size)]
 
     def exact(self, persons: Iterable[Sequence[int]]) -> Grid:
         """The joint histogram of ``persons`` (see :meth:`pair_counts`): not private."""
@@ -165,15 +172,13 @@ class ContributionHistograms:
         """The joint histogram of the Beam side's pair counts with Laplace(1/ε) on every cell:
         pure ε-DP (module docstring; :meth:`grid_sums`)."""
         mech = self.mechanism()
-        flat = mech.release_vector(self.grid_sums(pairs, mech.grid_exponent), rng)
-        return [flat[i * self.size : (i + 1) * self.size] for i in range(self.size)]
+        return self._rows(mech.release_vector(self.grid_sums(pairs, mech.grid_exponent), rng))
 
     def add_noise(self, exact: Sequence[Sequence[float | Fraction]], rng: KeyedRng) -> Grid:
         """Laplace(1/ε) on every cell, row by row: pure ε-DP (module docstring)."""
         if len(exact) != self.size or any(len(row) != self.size for row in exact):
             raise ValueError(f"expected a {self.size}×{self.size} histogram")
-        flat = self.mechanism().release_vector([v for row in exact for v in row], rng)
-        return [flat[i * self.size : (i + 1) * self.size] for i in range(self.size)]
+        return self._rows(self.mechanism().release_vector([v for row in exact for v in row], rng))
 
     def release(self, persons: Iterable[Sequence[int]], rng: KeyedRng) -> Grid:
         """The joint histogram with Laplace(1/ε) on every cell: pure ε-DP."""

@@ -18,7 +18,7 @@ the noise's grid and adds integers (one person moves it by at most 1 + buckets·
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -108,11 +108,7 @@ class ValueHistogram:
         the bound the noise is calibrated for (as :meth:`.ContributionHistograms.grid_sums`).
         Not private."""
         units = [0] * self.size
-        for (n, b), c in counts.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
-                raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
-            if not 0 <= b < self.size:
-                raise ValueError(f"bucket {b} is outside [0, {self.size})")
+        for n, b, c in self._checked(counts.items()):
             units[b] += rounded_quotient(c, n, k)
         step = Fraction(2) ** k
         return [u * step for u in units]
@@ -120,13 +116,20 @@ class ValueHistogram:
     def from_counts(self, counts: Mapping[tuple[int, int], int]) -> list[float]:
         """The histogram (weights 1/n) in floats (noise off, for tests and display): not private."""
         hist = [0.0] * self.size
-        for (n, b), c in sorted(counts.items()):  # a fixed order: the same floats every run
+        for n, b, c in self._checked(sorted(counts.items())):  # the same floats every run
+            hist[b] += c / n
+        return hist
+
+    def _checked(
+        self, items: Iterable[tuple[tuple[int, int], int]]
+    ) -> Iterator[tuple[int, int, int]]:
+        """(n, bucket, values) of the Beam side's counts, each checked."""
+        for (n, b), c in items:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1 or c < 1:
                 raise ValueError(f"counts must be positive integers, got n={n!r}, count={c!r}")
             if not 0 <= b < self.size:
                 raise ValueError(f"bucket {b} is outside [0, {self.size})")
-            hist[b] += c / n
-        return hist
+            yield n, b, c
 
     def mechanism(self) -> LaplaceMechanism:
         """One vector mechanism: a person's L1 of 1 spreads over many buckets, each rounded to
