@@ -12,11 +12,11 @@ Order matters and is fixed here (``run_release``):
 3. **Run** the pipeline (:mod:`.release_graph`) into a staging directory. If it fails, nothing was
    published: the staging directory is removed, and so are Beam's temporary folders of raw
    dead-letter rows; the ledger's charge is taken back (a re-run of an earlier charge keeps it).
-4. **Publish** (:mod:`.publish`): check every output, have the ledger fix the manifest's hash
-   for this release id (a later run of the id that would publish other bytes is refused, even
-   if this run dies half-way through publishing), then move the outputs and write the manifest
-   — public facts from the plan, the files' sizes and hashes, nothing computed from the data
-   otherwise — last.
+4. **Publish** (:mod:`.publishing`, :mod:`.publish`): check every output, have the ledger fix
+   the manifest's hash for this release id (a later run of the id that would publish other bytes
+   is refused, even if this run dies half-way through publishing), then move the outputs and
+   write the manifest — public facts from the plan, the files' sizes and hashes, nothing
+   computed from the data otherwise — last.
 
 Failures after step 1 raise :class:`ReleaseRunError`, whose message names at most a file and the
 kind of fault: library exceptions may quote data and are never shown.
@@ -25,14 +25,12 @@ kind of fault: library exceptions may quote data and are never shown.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.keys import KeyFileError, ReleaseKeys, read_key_file
 from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_release_secret
@@ -46,20 +44,13 @@ from .dead_letters import (
     settle_failed_dead_letters,
 )
 from .interrupts import RunInterrupted, caused_by, interrupts_held
-from .ledger import LedgerError, ReleaseConflictError, Reservation
+from .ledger import Reservation
 from .output_layout import QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .progress import Progress
 from .public_keys import check_public_keys
-from .publish import (
-    MANIFEST,
-    REPORT,
-    OutputLocationError,
-    Staging,
-    file_sha256,
-    probe_writable,
-    staging_parent,
-)
+from .publish import OutputLocationError, Staging, probe_writable, staging_parent
+from .publishing import ReleaseResult, ReleaseRunError, files_text, publish_release, refund
 from .release_graph import build_pipeline, default_shards, required_columns
 from .release_inputs import release_artifacts
 from .runners import check_worker_paths, pipeline_options
@@ -77,32 +68,6 @@ __all__ = [
     "required_columns",
     "run_release",
 ]
-
-
-@dataclass(frozen=True)
-class ReleaseResult:
-    """What a finished run wrote: one output per query and the manifest (paths only)."""
-
-    outputs: dict[str, str]
-    manifest: str
-    reservation: Reservation | None = None  # the ledger's charge (None: the job has no ledger)
-
-
-class ReleaseRunError(RuntimeError):
-    """A run that stopped after its checks: in the pipeline or while publishing.
-
-    ``input_error``: an input file turned out unreadable while it was read (exit 2).
-    ``charge``: what became of the ledger's charge — ``"none"`` (no ledger), ``"released"``
-    (nothing was published, the charge was taken back), ``"kept"`` (the charge of an earlier run of
-    this release id, or publishing failed part-way: re-run the release id to finish without a new
-    charge). The message never holds a data value: library errors are named by their type only.
-    """
-
-    def __init__(
-        self, message: str, *, input_error: bool, charge: str, release_id: str | None
-    ) -> None:
-        super().__init__(message)
-        self.input_error, self.charge, self.release_id = input_error, charge, release_id
 
 
 @dataclass(frozen=True)
@@ -161,15 +126,6 @@ def _release_keys(
     return ReleaseKeys.from_secret(secret, job.release.secret_path)
 
 
-def _refund(job: JobConfig, reservation: Reservation | None) -> str:
-    """After a pipeline failure (nothing published): the charge's fate, for ReleaseRunError."""
-    if reservation is None:
-        return "none"
-    if reservation.rerun:
-        return "kept"  # an earlier run of this id may have published: its charge stands
-    return "released" if charging.cancel(job, reservation) else "kept"  # kept: a re-run joined
-
-
 def _run_into_staging(
     job: JobConfig,
     c: _Checked,
@@ -200,46 +156,6 @@ def output_layout(job: JobConfig, plan: ReleasePlan) -> dict[str, QueryFiles]:
         for q, p in zip(job.queries, plan.queries, strict=True)
     ]
     return query_files(queries, RELEASE_FORMATS[job.output.format], job.output.shards)
-
-
-def _stage_report(
-    c: _Checked, staging: Staging, layout: Mapping[str, QueryFiles], fmt: str, progress: Progress
-) -> dict[str, object] | None:
-    """report.html (:mod:`.report`) from the staged outputs and the plan, staged beside them;
-    its size and hash for the manifest. A report that cannot be drawn costs the release
-    nothing: the run goes on without it (its inputs are DP outputs, so the failure is public)."""
-    from .report import read_largest, render  # noqa: PLC0415 (matplotlib loads slowly)
-
-    try:
-        tables = {
-            name: read_largest([staging.staged(f) for f in files.files], fmt)
-            for name, files in layout.items()
-        }
-        page = render(c.plan.to_manifest(), tables).encode()
-        with FileSystems.create(staging.staged(REPORT)) as f:
-            f.write(page)
-        sha256, size = file_sha256(staging.staged(REPORT))
-    except Exception as e:
-        progress.stage(f"{REPORT} not written ({type(e).__name__}); the release goes on")
-        return None
-    return {"file": REPORT, "bytes": size, "sha256": sha256}
-
-
-def _manifest(
-    c: _Checked,
-    layout: Mapping[str, QueryFiles],
-    files: Mapping[str, Any],
-    reservation: Reservation | None,
-    report: Mapping[str, object] | None = None,
-) -> bytes:
-    manifest = c.plan.to_manifest()
-    manifest["outputs"] = {name: f.output for name, f in layout.items()}
-    manifest["files"] = dict(files)
-    if report is not None:
-        manifest["report"] = dict(report)
-    if reservation is not None:
-        manifest["ledger"] = reservation.to_manifest()
-    return json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
 
 
 def run_release(
@@ -281,11 +197,11 @@ def run_release(
         staging = Staging.create(job.output.path, private=_workers_are_the_launcher(job, c))
         layout = output_layout(job, c.plan)
         rid = reservation.release_id if reservation is not None else None
-        files_text = _files_text(layout)
+        outputs_text = files_text(layout)
     except BaseException as e:
         if staging is not None:
             staging.discard()
-        charge = _refund(job, reservation)
+        charge = refund(job, reservation)
         if caused_by(e, KeyboardInterrupt):
             raise RunInterrupted(
                 "before the pipeline ran", charge,
@@ -293,7 +209,7 @@ def run_release(
             ) from e  # fmt: skip
         raise
     try:
-        with progress.running(f"running the pipeline on {job.runner.name} ({files_text})"):
+        with progress.running(f"running the pipeline on {job.runner.name} ({outputs_text})"):
             files = _run_into_staging(
                 job, c, keys, staging, layout, noise=noise, num_shards=num_shards
             )
@@ -304,7 +220,7 @@ def run_release(
         # does not cancel it): its charge stays. Only the embedded runner stops with us.
         interrupted = caused_by(e, KeyboardInterrupt)  # Beam re-raises it as its own error
         remote = interrupted and job.runner.name != "direct"
-        charge = "kept" if remote and reservation is not None else _refund(job, reservation)
+        charge = "kept" if remote and reservation is not None else refund(job, reservation)
         if interrupted:  # cleaned up; the CLI says what became of it
             when = "while the pipeline ran" + (
                 f" (the {job.runner.name} job may still be running: cancel it there)" * remote
@@ -322,7 +238,9 @@ def run_release(
             charge=charge,
             release_id=rid,
         ) from e
-    return _publish(job, c, staging, layout, files, reservation=reservation, progress=progress)
+    return publish_release(
+        job, c.plan, staging, layout, files, reservation=reservation, progress=progress
+    )
 
 
 def _workers_are_the_launcher(job: JobConfig, c: _Checked) -> bool:
@@ -337,89 +255,3 @@ def _workers_are_the_launcher(job: JobConfig, c: _Checked) -> bool:
         and options.get("job_endpoint") == "embed"
         and options.get("environment_type") == "LOOPBACK"
     )
-
-
-def _begin_publishing(job: JobConfig, reservation: Reservation, manifest: bytes) -> None:
-    """The ledger's record of the bytes about to be published. A conflict stays a ledger
-    refusal (exit 3); a ledger that cannot be reached now is a failed run that published nothing
-    and whose charge stays reserved (it may or may not hold the hash): a re-run finishes it."""
-    try:
-        charging.begin_publishing(job, reservation, manifest)
-    except ReleaseConflictError:
-        raise
-    except LedgerError as e:
-        raise ReleaseRunError(
-            f"the ledger could not record the release's manifest before publishing ({e}); "
-            "nothing was published",
-            input_error=False,
-            charge="kept",
-            release_id=reservation.release_id,
-        ) from e
-
-
-def _files_text(layout: Mapping[str, QueryFiles]) -> str:
-    n = sum(f.shards for f in layout.values())
-    return f"{n} output file{'s' * (n != 1)}"
-
-
-def _publish(
-    job: JobConfig,
-    c: _Checked,
-    staging: Staging,
-    layout: Mapping[str, QueryFiles],
-    files: Mapping[str, Any],
-    *,
-    reservation: Reservation | None,
-    progress: Progress,
-) -> ReleaseResult:
-    """Steps 4–5: the report and the manifest, the ledger's fixing of its hash, then publishing
-    and recording the charge as complete. Interrupted before publishing, the staged outputs are
-    discarded and the charge taken back (nothing left the staging directory) unless the ledger
-    had fixed the hash: from then on the charge stays."""
-    rid = reservation.release_id if reservation is not None else None
-    files_text = _files_text(layout)
-    try:
-        report = _stage_report(c, staging, layout, job.output.format, progress)
-        manifest = _manifest(c, layout, files, reservation, report)
-        if reservation is not None:  # the ledger fixes these bytes for every run of this id
-            _begin_publishing(job, reservation, manifest)
-    except BaseException as e:
-        staging.discard()  # nothing was published: the outputs were only staged
-        if isinstance(e, KeyboardInterrupt):
-            raise RunInterrupted("before publishing", _refund(job, reservation), rid) from e
-        raise
-    progress.stage(f"publishing {files_text} and the manifest in {job.output.path}")
-    try:
-        published = staging.publish(layout, manifest, extra=(REPORT,) if report else ())
-    except KeyboardInterrupt as e:
-        raise RunInterrupted(
-            "while publishing (the directory may lack its manifest: no complete release)",
-            "kept" if reservation is not None else "partial",
-            rid,
-        ) from e
-    except Exception as e:
-        raise ReleaseRunError(
-            f"publishing the outputs in {job.output.path} failed ({type(e).__name__}): the "
-            "directory has no manifest, i.e. no complete release",
-            input_error=False,
-            charge="kept" if reservation is not None else "none",
-            release_id=rid,
-        ) from e
-    if reservation is not None:
-        try:
-            charging.complete(job, reservation, published, manifest)
-        except KeyboardInterrupt as e:  # published: only the ledger's record is unfinished
-            raise RunInterrupted(
-                "after publishing, before the ledger recorded it", "kept", rid
-            ) from e
-        except ReleaseConflictError:
-            raise
-        except LedgerError as e:  # published: only the ledger's record is unfinished
-            raise ReleaseRunError(
-                f"the release is published in {job.output.path}, but the ledger could not record "
-                f"it ({e})",
-                input_error=False,
-                charge="kept",
-                release_id=rid,
-            ) from e
-    return ReleaseResult(published, FileSystems.join(job.output.path, MANIFEST), reservation)

@@ -19,6 +19,7 @@ import pytest
 
 from userdp.pipelines import cli as cli_module
 from userdp.pipelines import job as job_module
+from userdp.pipelines import publishing
 from userdp.pipelines.cli import main
 from userdp.pipelines.generate import generate
 
@@ -67,7 +68,7 @@ def _spent(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
 def test_ctrl_c_before_publishing_discards_the_staged_outputs_and_takes_the_charge_back(
     job_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(job_module, "_stage_report", interrupted)
+    monkeypatch.setattr(publishing, "stage_report", interrupted)
     monkeypatch.chdir(job_dir)
     assert main(["run", "job.toml"]) == 130
     err = capsys.readouterr().err
