@@ -69,6 +69,50 @@ def test_huge_multiplicities_and_exponents_are_exact() -> None:
     assert _pvalue(samples, [1 - p1, p1]) > P_MIN
 
 
+def test_far_weights_are_never_bracketed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bracketing e^(−q) costs time and memory growing with q (an integer of ~0.43·q digits),
+    and the clamp choice's exponents grow with the person count: 10^8 persons took minutes per
+    draw. Candidates more than TAIL above the best go through the rejection block instead."""
+    seen: list[Fraction] = []
+    bracket = exponential._cumulative_bounds
+
+    def recording(qs: tuple[Fraction, ...], mult: tuple[int, ...], digits: int) -> object:
+        seen.extend(qs)
+        return bracket(qs, mult, digits)
+
+    monkeypatch.setattr(exponential, "_cumulative_bounds", recording)
+    rng = KeyedRng(TEST_SECRET, "far")
+    qs = [Fraction(0), Fraction(1), Fraction(10**4), Fraction(3 * 10**9, 7)]
+    picks = {sample_exp_weights(rng, qs) for _ in range(200)}
+    assert picks == {0, 1}  # the far ones have probability below e^-9999
+    assert max(seen) <= exponential.TAIL
+
+
+def test_far_candidates_drawn_by_rejection_keep_the_exact_law(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the threshold lowered to 1/2, most mass is in the far block: the frequencies must fit
+    the exact law (χ², false rejection ≤ P_MIN), and the law at the wrong multiplicities fails."""
+    monkeypatch.setattr(exponential, "TAIL", Fraction(1, 2))
+    rng = KeyedRng(TEST_SECRET, "far-law")
+    qs = [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(3, 2), Fraction(5, 2)]
+    mult = [1, 2, 3, 1, 4]
+    samples = [sample_exp_weights(rng, qs, mult) for _ in range(50_000)]
+    w = [m * math.exp(-float(q)) for q, m in zip(qs, mult, strict=True)]
+    assert _pvalue(samples, [x / sum(w) for x in w]) > P_MIN
+    flat = [math.exp(-float(q)) for q in qs]  # the multiplicities ignored: must be rejected
+    assert _pvalue(samples, [x / sum(flat) for x in flat]) < P_MIN
+
+
+def test_huge_multiplicities_raise_the_rejection_threshold() -> None:
+    """A far candidate of multiplicity 2^200 at q = 100 weighs ~e^38.6: with the threshold at 80
+    its block would be drawn nearly always and kept with probability e^-20 (a loop of ~10^9
+    rounds). The threshold grows with the multiplicities' bits, so it is bracketed exactly."""
+    rng = KeyedRng(TEST_SECRET, "far-mult")
+    picks = [sample_exp_weights(rng, [Fraction(0), Fraction(100)], [1, 2**200]) for _ in range(50)]
+    assert set(picks) == {1}  # the other candidate has probability ~e^-38.6
+
+
 def test_single_candidate_and_a_dominant_candidate() -> None:
     rng = KeyedRng(TEST_SECRET, "edge")
     assert exponential_mechanism([5.0], epsilon=1.0, sensitivity=1.0, rng=rng) == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from userdp.transforms.mechanisms import exponential_quantile as eq
+from userdp.transforms.mechanisms import exponential
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.rng import KeyedRng
 
@@ -88,11 +88,11 @@ def test_the_far_runs_drawn_by_rejection_keep_the_exact_law(
 ) -> None:
     """With the rejection threshold lowered to 1/2, most draws go through the far block; the
     frequencies must still fit the exact law (χ², failure probability 10^-6)."""
-    monkeypatch.setattr(eq, "TAIL", Fraction(1, 2))
+    monkeypatch.setattr(exponential, "TAIL", Fraction(1, 2))
     mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 2, grid_bits=3)
     values = [0.1, 0.3, 0.3, 0.6, 0.9, 0.95]
     exps = mech.mechanism.exponents(mech.runs(values)[0])
-    assert sum(q > eq.TAIL for q in exps) >= 3  # not vacuous: several runs are far
+    assert sum(q > exponential.TAIL for q in exps) >= 3  # not vacuous: several runs are far
     p = law(mech, values)
     n = 20_000
     counts = [0] * (mech.cells + 1)

@@ -15,6 +15,13 @@ This is inverse-CDF sampling with certified comparisons, so the returned index h
 target distribution (a comparison is undecided with probability about n·10^−P, and each retry
 halves nothing it already decided). Cost: O(n) correctly rounded exps at 30 digits per draw.
 
+Far candidates are never bracketed. A weight e^(−q) with q ~ 10^7 is a decimal with an exponent
+of ~10^7 and, as an exact rational, an integer of millions of digits: bracketing it cost seconds
+to hours, growing with q — and exponents grow with the data (the clamp choice's utility is a
+person count), so the cost of a draw would depend on the data. Candidates with q_i above a
+threshold T are drawn by rejection instead (:func:`_sample_with_far_block`); the law is still
+exactly the target, and the cost no longer depends on how far the far candidates are.
+
 The piecewise-constant variant for the shifted inverse mechanism (intervals of many outputs sharing
 one score) is the same call with the multiplicities m_i set to the interval sizes.
 """
@@ -29,12 +36,17 @@ from fractions import Fraction
 from functools import lru_cache
 
 from .checks import as_fraction
+from .discrete import bernoulli_exp_neg
 from .rng import KeyedRng
 
 _START_DIGITS = 30
 _START_BITS = 128
 _MAX_ROUNDS = 12
 _EXP_RANGE = 10**9  # decimal exponent range: weights down to exp(−10^9) stay representable
+TAIL = Fraction(80)
+"""Exponents above this (above the smallest) are drawn by rejection, with T raised by the
+multiplicities' size so that the far block's bound M·e^(−T) stays below e^(−80)·2^48 < 10^-20."""
+_TAIL_FREE_BITS = 48
 
 
 @lru_cache(maxsize=16)
@@ -128,6 +140,48 @@ def sample_exp_weights(
         return 0
     shift = min(exponents)
     qs = tuple(q - shift for q in exponents) if shift else tuple(exponents)
+    # T grows with log2 of the total multiplicity, so the far block's upper bound M·e^(−T) is
+    # below 2^48·e^(−80) < 10^-20 of the near weight (which holds the q = 0 candidate, ≥ 1)
+    tail = TAIL + max(0, sum(mult).bit_length() - _TAIL_FREE_BITS)
+    if max(qs) <= tail:
+        return _sample_near(rng, qs, mult)
+    return _sample_with_far_block(rng, qs, mult, tail)
+
+
+def _sample_with_far_block(
+    rng: KeyedRng, qs: tuple[Fraction, ...], mult: tuple[int, ...], tail: Fraction
+) -> int:
+    """Index i with probability ∝ m_i·e^(−q_i), exactly, without bracketing far weights.
+
+    The candidates with q_i > T together enter the exact draw as one candidate of weight
+    M·e^(−T) (M: their total multiplicity), an upper bound of their true weight. When that block
+    is drawn, a far candidate j is picked with probability ∝ m_j and kept with probability
+    e^(−(q_j − T)) (exact, ``bernoulli_exp_neg``, O(1) expected steps however large q_j);
+    otherwise the whole draw starts again. Each attempt returns i with probability ∝ m_i·e^(−q_i)
+    (near: directly; far: M·e^(−T)·(m_j/M)·e^(−(q_j − T))), so, conditioned on returning, the
+    law is exactly the target. A restart needs the far block drawn, probability < 10^-20.
+    """
+    near = [i for i, q in enumerate(qs) if q <= tail]
+    far = [i for i, q in enumerate(qs) if q > tail]
+    far_mult = sum(mult[i] for i in far)
+    near_qs = (*(qs[i] for i in near), tail)
+    near_mult = (*(mult[i] for i in near), far_mult)
+    while True:
+        t = _sample_near(rng, near_qs, near_mult)
+        if t < len(near):
+            return near[t]
+        u = rng.randbelow(far_mult)  # a far candidate, by multiplicity
+        for j in far:
+            if u < mult[j]:
+                break
+            u -= mult[j]
+        if bernoulli_exp_neg(rng, qs[j] - tail):
+            return j
+
+
+def _sample_near(rng: KeyedRng, qs: tuple[Fraction, ...], mult: tuple[int, ...]) -> int:
+    """Inverse-CDF sampling with certified comparisons (module docstring); every q_i ≥ 0 and
+    small enough (≤ T plus the multiplicities' bits) to bracket at 30 digits."""
     digits, bits = _START_DIGITS, _START_BITS
     a = rng.randbits(bits)
     for _ in range(_MAX_ROUNDS):

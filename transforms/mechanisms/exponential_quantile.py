@@ -39,14 +39,12 @@ import numpy.typing as npt
 
 from .accounting import PureDP
 from .checks import Rational, positive
-from .discrete import bernoulli_exp_neg
 from .exponential import ExponentialMechanism, sample_exp_weights
 from .quantile_sensitivity import as_quantile
 from .rng import KeyedRng
 
 DEFAULT_GRID_BITS = 20  # 2^20 cells of [lower, upper]: 10^-6 of the range
 MAX_GRID_BITS = 40
-TAIL = Fraction(80)  # runs with exponent above this are drawn by rejection (_sample_runs)
 
 
 @dataclass(frozen=True)
@@ -154,7 +152,9 @@ class ExponentialQuantile:
     def release(self, values: npt.ArrayLike, rng: KeyedRng) -> float:
         """One ε-DP draw of the q-quantile of ``values`` (one per person)."""
         scores, lengths, starts = self.runs(values)
-        t = _sample_runs(rng, self.mechanism.exponents(scores), lengths)
+        # far runs (exponents > 80 above the best) are drawn by rejection: the cost of a draw
+        # does not grow with the person count (exponential.sample_exp_weights)
+        t = sample_exp_weights(rng, self.mechanism.exponents(scores), lengths)
         return self.grid_value(starts[t] + rng.randbelow(lengths[t]))
 
     def to_manifest(self) -> dict[str, Any]:
@@ -167,35 +167,3 @@ class ExponentialQuantile:
             "score_sensitivity": max(self.q.numerator, self.q.denominator - self.q.numerator),
             "score": "-|(d-a)·#below - a·#above| for q = a/d",
         }
-
-
-def _sample_runs(rng: KeyedRng, exponents: tuple[Fraction, ...], lengths: list[int]) -> int:
-    """Run i with probability ∝ m_i·e^(−q_i), exactly, without evaluating far runs' weights.
-
-    ``sample_exp_weights`` bounds every weight in :mod:`decimal`, and e^(−q) for q ~ 10^5 (a
-    million persons) costs far more than the rest of the release. Runs with q_i > TAIL are drawn
-    by rejection instead: the far runs together enter the exact draw as one candidate of weight
-    M·e^(−TAIL) (M: their total length), an upper bound of their true weight; when it is drawn, a
-    far run is picked with probability ∝ m_j, kept with probability e^(−(q_j − TAIL)) (exact,
-    ``bernoulli_exp_neg``), and otherwise the whole draw starts again. Each attempt returns run
-    i with probability ∝ m_i·e^(−q_i), so the result has exactly the target law; a restart needs
-    the far block drawn first, probability ≤ (G + 1)·e^(−TAIL) < 10^-20.
-    """
-    near = [i for i, q in enumerate(exponents) if q <= TAIL]
-    far = [i for i, q in enumerate(exponents) if q > TAIL]
-    if not far:
-        return sample_exp_weights(rng, exponents, lengths)
-    far_length = sum(lengths[i] for i in far)
-    while True:
-        t = sample_exp_weights(
-            rng, [exponents[i] for i in near] + [TAIL], [lengths[i] for i in near] + [far_length]
-        )
-        if t < len(near):
-            return near[t]
-        u = rng.randbelow(far_length)  # a far run, by length
-        for j in far:
-            if u < lengths[j]:
-                break
-            u -= lengths[j]
-        if bernoulli_exp_neg(rng, exponents[j] - TAIL):
-            return j
