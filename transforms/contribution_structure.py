@@ -48,7 +48,7 @@ from .bounding import rows_of_listed_keys
 from .by_person import people_of
 from .columns import PERSON_COLUMN
 from .keys import NoiseKey
-from .mechanisms.accounting import PureDP
+from .mechanisms.accounting import PureDP, float_down
 from .mechanisms.additive import laplace_mechanism
 from .mechanisms.contribution_histogram import ContributionHistograms, Grid
 from .mechanisms.value_histogram import ValueHistogram
@@ -202,7 +202,7 @@ class _AddNoise:
         if self._plan.partitions_epsilon is not None:
             partitions = float(picked or 0)
             if self._noise:
-                eps = float(self._plan.partitions_epsilon)
+                eps = float_down(Fraction(self._plan.partitions_epsilon))
                 rng = self._key.rng("partitions")
                 partitions = laplace_mechanism(partitions, sensitivity=1.0, epsilon=eps, rng=rng)
         return {"name": self._plan.name, "histogram": grid, "partitions": partitions}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -119,16 +119,20 @@ def test_ptr_quantile_fails_on_sparse_data_and_passes_on_dense_data() -> None:
 # ------------------------------------------------------------------------------ the ladder
 
 
-def _exact_svt_failure(eps: float, t: int) -> float:
-    """P(ν − ρ ≥ T), ν ~ DLap(4/ε), ρ ~ DLap(2/ε), summed over ρ's pmf (|ρ| ≤ 4000/ε)."""
-    a, c = math.exp(-eps / 4), math.exp(-eps / 2)
-    total = 0.0
-    for r in range(-int(4000 / eps), int(4000 / eps)):
-        p_r = (1 - c) / (1 + c) * c ** abs(r)
-        k = t + r
-        tail = a**k / (1 + a) if k >= 1 else 1 - a ** (1 - k) / (1 + a)
-        total += p_r * tail
-    return total
+def _exact_svt_failure(eps: float, t: int) -> Decimal:
+    """P(ν − ρ ≥ T), ν ~ DLap(4/ε), ρ ~ DLap(2/ε), summed over ρ's pmf (|ρ| ≤ 4000/ε; the rest
+    weighs e^−2000) in 50-digit decimals: the bound is rounded up by only 10^−30."""
+    with localcontext() as ctx:
+        ctx.prec = 50
+        e = Decimal(Fraction(eps).numerator) / Decimal(Fraction(eps).denominator)
+        a, c = (-e / 4).exp(), (-e / 2).exp()
+        norm = (1 - c) / (1 + c)
+        total = Decimal(0)
+        for r in range(-int(4000 / eps), int(4000 / eps)):
+            k = t + r
+            tail = a**k / (1 + a) if k >= 1 else 1 - a ** (1 - k) / (1 + a)
+            total += norm * c ** abs(r) * tail
+        return total
 
 
 @pytest.mark.parametrize("eps", [0.25, 0.5, 2.0])
@@ -136,7 +140,7 @@ def _exact_svt_failure(eps: float, t: int) -> float:
 def test_svt_failure_bound_is_an_upper_bound(eps: float, t: int) -> None:
     exact = _exact_svt_failure(eps, t)
     bound = ptr_ladder.svt_failure_bound(Fraction(eps), t)
-    assert exact <= bound <= exact * (1 + 1e-6) + 1e-300
+    assert exact <= bound <= exact * (1 + Decimal(10) ** -25)
 
 
 @pytest.mark.parametrize("eps", [Fraction(1, 100), Fraction(1, 10), Fraction(1, 2), Fraction(3)])
@@ -151,10 +155,9 @@ def test_the_threshold_search_finds_what_a_scan_finds(eps: Fraction, delta: Frac
             t += 1
         return t
 
-    d = Decimal(delta.numerator) / Decimal(delta.denominator)
-    tail = lambda t: ptr.laplace_tail(eps, t) <= d  # noqa: E731
+    tail = lambda t: ptr.laplace_tail(eps, t) <= delta  # noqa: E731
     assert ptr.distance_threshold(eps, delta) == scan(tail)
-    svt = lambda t: 12 * ptr_ladder.svt_failure_bound(eps / 2, t) <= float(delta) * (1 - 1e-9)  # noqa: E731
+    svt = lambda t: 12 * ptr_ladder.svt_failure_bound(eps / 2, t) <= delta  # noqa: E731
     mech = ptr_ladder.LadderPTR("mean", 0.0, 1.0, float(eps), float(delta), rungs=12)
     assert mech.threshold == scan(svt)
     assert ptr.first_threshold(lambda t: t >= 1) == 1 and ptr.first_threshold(lambda t: t > 5) == 6
@@ -234,3 +237,46 @@ def test_misuse_is_refused(call: object, error: type[Exception], match: str) -> 
     assert callable(call)
     with pytest.raises(error, match=match):
         call()
+
+
+def _exact_laplace_tail(eps: Fraction, t: int) -> Fraction:
+    """P(Z ≥ t), Z discrete Laplace(1/ε), at 100 digits (far finer than the margins tested)."""
+    with localcontext() as ctx:
+        ctx.prec = 100
+        e = Decimal(eps.numerator) / Decimal(eps.denominator)
+        return Fraction((-e * t).exp() / (1 + (-e).exp()))
+
+
+@pytest.mark.parametrize("t", range(15, 40))
+def test_the_distance_threshold_holds_for_a_delta_just_below_a_tail(t: int) -> None:
+    """δ a hair (10^−33 relative) below P(Z ≥ T): T itself fails, the threshold is above it. δ
+    was divided in the ambient 28-digit context, which could round it up past the tail's
+    10^−40 margin (T = 17 at ε = 1/2 was accepted)."""
+    eps = Fraction(1, 2)
+    delta = _exact_laplace_tail(eps, t) * (1 - Fraction(1, 10**33))
+    assert ptr.distance_threshold(eps, delta) == t + 1
+
+
+@pytest.mark.parametrize(
+    "eps", [Fraction(1), Fraction(1, 10**4), Fraction(2, 10**7), Fraction(1, 10**9)]
+)
+def test_the_svt_bound_stays_above_the_true_tail_at_small_epsilon(eps: Fraction) -> None:
+    """The ladder's SVT tail at its own threshold (24 rungs, δ = 10^−6), against the closed form
+    at 120 digits (the form itself checked by brute force above): the float version undershot
+    it by 3·10^−8 relative at ε = 2·10^−7, past its 10^−9 margin."""
+    mech = ptr_ladder.LadderPTR("mean", 0.0, 1.0, eps, Fraction(1, 10**6), rungs=24)
+    with localcontext() as ctx:
+        ctx.prec = 120
+        x = Decimal((eps / 2).numerator) / Decimal((eps / 2).denominator) / 4
+
+        def p(n: int) -> Decimal:  # a^n
+            return (-x * n).exp()
+
+        a, c = p(1), p(2)
+        k = (1 - c) / ((1 + c) * (1 + a))
+        for t in (mech.threshold - 1, mech.threshold):
+            above = p(t + 1) * (1 - p(t - 1)) / (1 - a) + p(t) / (1 - p(3))
+            true = k * above + p(2 * t) / (1 + c) - k * p(2 * t) * a / (1 - p(3))
+            bound = ptr_ladder.svt_failure_bound(eps / 2, t)
+            assert true <= bound <= true * (1 + Decimal(10) ** -29)
+    assert 24 * ptr_ladder.svt_failure_bound(eps / 2, mech.threshold) <= Fraction(1, 10**6)

@@ -151,3 +151,16 @@ def test_grid_sums_brute_force_on_a_coarse_grid() -> None:
             touched = {V.bucket(x) for x in extra}
             change = sum(abs(a - c) for a, c in zip(after, before, strict=True))
             assert change <= 1 + len(touched) * g, (base, extra)
+
+
+@pytest.mark.parametrize("share", [Fraction(1, 5), Fraction(1, 10), Fraction(2, 3), Fraction(7, 9)])
+def test_histogram_noise_never_runs_above_the_booked_share(share: Fraction) -> None:
+    """The tuning command books ε/(groups + columns) exactly (1/5 for 5 measurements); its
+    histograms ran at float(1/5), which rounds up (+1.1e-17): noise calibrated to more ε than
+    was booked. Every histogram mechanism now rounds its ε down."""
+    for mech in (
+        ValueHistogram(epsilon=share).mechanism(),
+        ContributionHistograms(epsilon=share, max_exponent=3, per_octave=4).mechanism(),
+    ):
+        assert Fraction(mech.epsilon) <= share
+        assert Fraction(mech.epsilon) > share * (1 - Fraction(1, 2**50))  # not needlessly low

@@ -40,7 +40,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .accounting import PureDP
+from .accounting import PureDP, float_down
 from .additive import LaplaceMechanism, rounded_quotient
 from .auto_bound import clamp_grid
 from .checks import Rational, positive
@@ -166,7 +166,7 @@ class ContributionHistograms:
     def mechanism(self) -> LaplaceMechanism:
         """One vector mechanism over all cells (a person's L1 of 1 spreads over several, each
         rounded to the noise grid: inflation cells·g, additive.py)."""
-        return LaplaceMechanism(1.0, float(Fraction(self.epsilon)), dimension=self.size**2)
+        return LaplaceMechanism(1.0, float_down(Fraction(self.epsilon)), dimension=self.size**2)
 
     def release_pair_counts(self, pairs: Mapping[tuple[int, int], int], rng: KeyedRng) -> Grid:
         """The joint histogram of the Beam side's pair counts with Laplace(1/ε) on every cell:

@@ -81,8 +81,9 @@ def laplace_tail(epsilon: Fraction, t: int) -> Decimal:
 
 def distance_threshold(epsilon: Fraction, delta: Fraction) -> int:
     """The smallest integer T ≥ 1 with P(Z ≥ T) ≤ δ, Z ~ discrete Laplace of scale 1/ε."""
-    d = Decimal(delta.numerator) / Decimal(delta.denominator)
-    return first_threshold(lambda t: laplace_tail(epsilon, t) <= d)
+    # Decimal vs Fraction compares exactly (a δ divided in the ambient 28-digit context could
+    # round up, past laplace_tail's 10^−40 margin)
+    return first_threshold(lambda t: laplace_tail(epsilon, t) <= delta)
 
 
 def passes_test(distance: int | None, epsilon: Fraction, threshold: int, rng: KeyedRng) -> bool:

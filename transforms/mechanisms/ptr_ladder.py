@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Literal, NamedTuple
 
@@ -39,21 +40,35 @@ from .rng import KeyedRng
 from .threshold_search import first_threshold
 
 
-def svt_failure_bound(epsilon_svt: Fraction, threshold: int) -> float:
+def svt_failure_bound(epsilon_svt: Fraction, threshold: int) -> Decimal:
     """P(ν − ρ ≥ T) for T ≥ 1, ν ~ DLap(4/ε), ρ ~ DLap(2/ε), in closed form (docs §6), rounded
-    up by 10^−9 relative: with a = e^(−ε/4), c = a², K = (1 − c)/((1 + c)(1 + a)),
-    K·[a^(T+1)(1 − a^(T−1))/(1 − a) + a^T/(1 − a³)] + c^T/(1 + c) − K·c^T·a/(1 − a³)."""
+    up by 10^−30 relative: with a = e^(−ε/4), c = a², K = (1 − c)/((1 + c)(1 + a)),
+    K·[a^(T+1)(1 − a^(T−1))/(1 − a) + a^T/(1 − a³)] + c^T/(1 + c) − K·c^T·a/(1 − a³).
+
+    In decimals, not floats: at small ε the float form lost more than any fixed margin (a^T
+    multiplies a's rounding by T ~ 10^9, and 1 − c cancels), and undershot the true tail by
+    3·10^−8 relative at ε = 2·10^−7. The precision grows with the digits 1 − a cancels (~log10
+    of 4/ε), powers are exp(−x·n), and the 40 digits kept beyond the cancellation leave an error
+    far below the 10^−30 added."""
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
         raise ValueError(f"threshold must be an int ≥ 1, got {threshold!r}")
-    x = float(epsilon_svt) / 4
-    a = math.exp(-x)
-    c = a * a
-    t = threshold
-    k = (1 - c) / ((1 + c) * (1 + a))
-    one_minus_a3 = -math.expm1(-3 * x)
-    above = a ** (t + 1) * -math.expm1(-x * (t - 1)) / -math.expm1(-x) + a**t / one_minus_a3
-    below = c**t / (1 + c) - k * c**t * a / one_minus_a3
-    return (k * above + below) * (1 + 1e-9)
+    eps = Fraction(epsilon_svt)
+    cancelled = len(str(4 * eps.denominator // eps.numerator))  # digits of 4/ε
+    with localcontext() as ctx:
+        ctx.prec = 40 + cancelled
+        ctx.Emin, ctx.Emax = -(10**9), 10**9
+        x = Decimal(eps.numerator) / Decimal(eps.denominator) / 4
+        t = threshold
+
+        def power(n: int) -> Decimal:  # a^n = e^(−x·n)
+            return (-x * n).exp()
+
+        a, c = power(1), power(2)
+        k = (1 - c) / ((1 + c) * (1 + a))
+        one_minus_a3 = 1 - power(3)
+        above = power(t + 1) * (1 - power(t - 1)) / (1 - a) + power(t) / one_minus_a3
+        below = power(2 * t) / (1 + c) - k * power(2 * t) * a / one_minus_a3
+        return (k * above + below) * (1 + Decimal(10) ** -30)
 
 
 def _rung_mechanisms(
@@ -150,7 +165,7 @@ class LadderPTR:
         bounds = tuple(span / r ** (rungs - 1 - j) for j in range(rungs))
         mechanisms = _rung_mechanisms(bounds, float_down(eps / 2))
         t = first_threshold(
-            lambda t: rungs * svt_failure_bound(eps / 2, t) <= float(d) * (1 - 1e-9)
+            lambda t: rungs * svt_failure_bound(eps / 2, t) <= d  # exact: Decimal vs Fraction
         )
         fields = {
             "statistic": statistic,

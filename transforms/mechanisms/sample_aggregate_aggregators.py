@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .accounting import bounded_range_epsilon_within_rho, float_up, sqrt_up
+from .accounting import bounded_range_epsilon_within_rho, float_down, float_up, sqrt_up
 from .additive import GaussianMechanism, LaplaceMechanism
 from .checks import as_fraction, positive
 from .chunk_functions import (
@@ -265,7 +265,8 @@ class RankMedian:
         """E = d·ε_c: the given ε, or under ρ the largest float with E²/(8d) ≤ ρ — so that
         d·(E/d)²/8 ≤ ρ holds exactly for the E/d each coordinate runs at."""
         if self.rho is None:
-            return float(positive(self.epsilon, "epsilon", SHARE_HINT))  # type: ignore[arg-type]
+            eps = positive(self.epsilon, "epsilon", SHARE_HINT)  # type: ignore[arg-type]
+            return float_down(Fraction(eps))  # a Fraction share must not round up
         d = len(self.bounds)
         return bounded_range_epsilon_within_rho(d * positive(self.rho, "rho", SHARE_HINT))
 

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .accounting import PureDP
+from .accounting import PureDP, float_down
 from .additive import LaplaceMechanism, rounded_quotient
 from .checks import Rational, positive
 from .rng import KeyedRng
@@ -134,7 +134,7 @@ class ValueHistogram:
     def mechanism(self) -> LaplaceMechanism:
         """One vector mechanism: a person's L1 of 1 spreads over many buckets, each rounded to
         the noise grid, so the grid inflation is size·g, not g (additive.py)."""
-        return LaplaceMechanism(1.0, float(Fraction(self.epsilon)), dimension=self.size)
+        return LaplaceMechanism(1.0, float_down(Fraction(self.epsilon)), dimension=self.size)
 
     def release_counts(self, counts: Mapping[tuple[int, int], int], rng: KeyedRng) -> list[float]:
         """The histogram of the Beam side's counts with Laplace(1/ε) on every bucket: pure ε-DP."""
