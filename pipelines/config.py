@@ -48,7 +48,7 @@ from .config_model import (
 from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, REFUSED_METRICS, kind_for, kind_of
 from .kinds.base import QuerySection
-from .output_layout import MAX_OUTPUT_SHARDS
+from .output_layout import MAX_OUTPUT_SHARDS, first_name_clash
 
 __all__ = [
     "QUERY_KEYS",
@@ -158,6 +158,21 @@ def parse_job(
                 "ignoring case, as output file names)",
             )
         seen[q.name.lower()] = i
+    clash = first_name_clash([q.name for q in queries])
+    if clash is not None:  # "visits" and "visits.parquet": publishing one deletes the other
+        i, path, j = clash
+        where = (
+            "a file every release writes"
+            if j is None
+            else f"as may queries[{j}]'s ({queries[j].name!r})"
+        )
+        v.fail(
+            f"queries[{i}].name",
+            queries[i].name,
+            "a name whose output files no other query or the release uses",
+            f"its output may be {path!r}, {where}: publishing one would delete the other "
+            "(a query writes <name>.<format> or <name>/ of shards, compared ignoring case)",
+        )
 
     in_path = v.string(inp, "input.path")
     fmt = v.choice(inp, "input.format", (*INPUT_FORMATS, "json"), default=None)

@@ -45,7 +45,7 @@ from .dead_letters import (
 )
 from .interrupts import RunInterrupted, caused_by, interrupts_held
 from .ledger import Reservation
-from .output_layout import QueryFiles, query_files
+from .output_layout import RELEASE_FORMATS, QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .progress import Progress
 from .public_keys import check_public_keys
@@ -54,7 +54,6 @@ from .publishing import ReleaseResult, ReleaseRunError, files_text, publish_rele
 from .release_graph import build_pipeline, default_shards, required_columns
 from .release_inputs import release_artifacts
 from .runners import check_worker_paths, pipeline_options
-from .sinks import RELEASE_FORMATS
 from .sources import InputSchema, input_error_message, inspect_inputs
 
 __all__ = [

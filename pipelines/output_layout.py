@@ -39,6 +39,15 @@ from dataclasses import dataclass
 
 PUBLIC_KEYS_PER_SHARD = 1_000_000
 MAX_OUTPUT_SHARDS = 1024
+RELEASE_FORMATS: dict[str, str] = {
+    "parquet": ".parquet",
+    "avro": ".avro",
+    "csv": ".csv",
+    "json": ".jsonl",
+}
+"""Output format → the extension of its files."""
+MANIFEST = "manifest.json"
+REPORT = "report.html"  # pipelines/report.py: listed in the manifest like the outputs
 
 
 def auto_shards(public_keys: int | None) -> int:
@@ -96,3 +105,24 @@ def query_files(
         )
         for name, by, keys in queries
     }
+
+
+def occupied_paths(name: str) -> tuple[str, ...]:
+    """The paths, lower-cased, that a query called ``name`` may occupy in the release directory
+    — in either layout (``name/`` of shards, ``name.ext``) and any format: publishing replaces
+    both layouts of an earlier run, and a job may change its format between runs."""
+    low = name.lower()
+    return (low, *(low + ext for ext in RELEASE_FORMATS.values()))
+
+
+def first_name_clash(names: Sequence[str]) -> tuple[int, str, int | None] | None:
+    """(i, path, j) for the first query i that occupies a path of an earlier query j, or of the
+    release's own files (j None: the manifest, the report) — publishing one would delete or
+    overwrite the other (compared ignoring case, as filesystems may); None if there is none."""
+    owner: dict[str, int | None] = {MANIFEST: None, REPORT: None}
+    for i, name in enumerate(names):
+        for path in occupied_paths(name):
+            if path in owner:
+                return i, path, owner[path]
+        owner.update(dict.fromkeys(occupied_paths(name), i))
+    return None

@@ -43,10 +43,8 @@ from dataclasses import dataclass, field
 from apache_beam.io.filesystems import FileSystems
 
 from .interrupts import caused_by
-from .output_layout import QueryFiles
+from .output_layout import MANIFEST, REPORT, QueryFiles
 
-MANIFEST = "manifest.json"
-REPORT = "report.html"  # pipelines/report.py: listed in the manifest like the outputs
 _PROBE = ".userdp-write-probe"
 
 

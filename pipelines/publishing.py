@@ -29,10 +29,10 @@ from . import charging
 from .config import JobConfig
 from .interrupts import RunInterrupted
 from .ledger import LedgerError, ReleaseConflictError, Reservation
-from .output_layout import QueryFiles
+from .output_layout import MANIFEST, REPORT, QueryFiles
 from .plan import ReleasePlan
 from .progress import Progress
-from .publish import MANIFEST, REPORT, Staging, file_sha256
+from .publish import Staging, file_sha256
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from userdp.transforms.release import Budget, Release
 from userdp.transforms.select_partitions import PlannedSelection
 
 from .config import JobConfig
-from .output_layout import QueryFiles
+from .output_layout import RELEASE_FORMATS, QueryFiles
 from .plan import ReleasePlan
 from .query_output import WriteQueryOutput
-from .sinks import RELEASE_FORMATS, WriteDeadLetters
+from .sinks import WriteDeadLetters
 from .sources import InputSchema, ReadArrowTables
 
 DEFAULT_SHARDS = 64  # person shards; each is bounded in memory on one worker (DESIGN "Scale")

@@ -31,12 +31,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-RELEASE_FORMATS: dict[str, str] = {
-    "parquet": ".parquet",
-    "avro": ".avro",
-    "csv": ".csv",
-    "json": ".jsonl",
-}
+from .output_layout import RELEASE_FORMATS
 
 
 def _avro_type(t: pa.DataType) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from .publish import MANIFEST, file_sha256, is_local_path
+from .output_layout import MANIFEST
+from .publish import file_sha256, is_local_path
 
 
 def _listed(manifest: dict[str, Any]) -> dict[str, tuple[int, str]]:

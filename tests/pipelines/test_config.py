@@ -179,6 +179,15 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"queries\[0\]\.partitions = 'private': expected no partitions",
         ),
         (query(1, name="VISITS"), r"queries\[1\]\.name = 'VISITS'.*queries\[0\] has the same"),
+        # one query's file is another's: publishing the second deleted the first (exit 0)
+        (
+            query(1, name="Visits.parquet"),
+            r"queries\[1\]\.name = 'Visits.parquet'.*output may be 'visits.parquet', as may "
+            r"queries\[0\]'s \('visits'\)",
+        ),
+        (query(1, name="visits.csv"), r"may be 'visits.csv', as may queries\[0\]'s"),
+        (query(0, name="report.html"), r"may be 'report.html', a file every release writes"),
+        (query(1, name="Manifest.json"), r"may be 'manifest.json', a file every release writes"),
         (query(0, rho=0.1), r"queries\[0\]\.rho = 0\.1: expected shares of the total's kind"),
         (query(0, delta=1e-7), r"queries\[0\]\.epsilon = \(missing\).*next to the delta"),
         (query(0, epsilon=0.5), r"queries\[0\]\.partitions = 'private': expected a delta > 0"),
