@@ -19,7 +19,8 @@ queries are all pure ε is charged δ = 0 whatever ``budget.delta`` says.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -45,6 +46,8 @@ class ReleasePlan:
     config_hash: str
     selections: tuple[SelectionPlan, ...] = ()  # shared selections, each booked once
     person: tuple[str, str] | None = None  # the privacy unit: (person column, person_type)
+    # zCDP totals only: the δ each query spends beside ρ (private selection, (ε, δ) mechanisms)
+    selection_deltas: Mapping[str, Fraction] = field(default_factory=dict)
 
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the config, the plan, the mechanisms; nothing from the data."""
@@ -130,6 +133,7 @@ def plan_release(job: JobConfig) -> ReleasePlan:
         job.config_hash,
         tuple(dict.fromkeys(groups.values())),
         (job.input.person, job.input.person_type or "as the input's schema declares it"),
+        sel_deltas,
     )
 
 

@@ -10,6 +10,7 @@ the launcher's :class:`~transforms.keys.ReleaseKeys`: a query's noise key, the b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 import apache_beam as beam
 import pyarrow as pa
@@ -102,7 +103,8 @@ def build_pipeline(
     for i, (q, planned) in enumerate(zip(job.queries, plan.queries, strict=True)):
         shared = getattr(planned, "shared_selection", None)
         kept = selected[shared] if shared is not None else None
-        released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]", kept)
+        delta = plan.selection_deltas.get(q.name, Fraction(0))  # δ beside a ρ total
+        released = people | q.name >> PlannedQuery(q, planned, f"queries[{i}]", kept, delta=delta)
         columns = planned.output_columns
         by = pa.schema([pa.field(c, key_types[c]) for c in q.by])
         layout = (files or {}).get(q.name) or QueryFiles(q.name, RELEASE_FORMATS[fmt], 1)

@@ -77,10 +77,16 @@ class PlannedQuery(beam.PTransform[Any, Any]):
         plan: KindPlan,
         label: str,
         selected: PCollection[Any] | None = None,
+        *,
+        delta: Fraction,
     ) -> None:
         super().__init__()
         self._query, self._plan, self._what = query, plan, label
         self._selected = selected  # a shared selection's kept keys (its members only)
+        # under a ρ total, the δ the query spends beside ρ — private selection or an (ε, δ)
+        # mechanism (PTR, smooth sensitivity with Laplace noise, top partition): booked with
+        # the release, which refuses δ shares above the Budget's delta
+        self._delta = delta
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.kinds import kind_of  # noqa: PLC0415
@@ -90,8 +96,7 @@ class PlannedQuery(beam.PTransform[Any, Any]):
         release, q, plan = people.release, self._query, self._plan
         check_columns(q, people, self._what)
         release._bind(rows.pipeline)
-        selection_delta = getattr(plan, "selection_delta", Fraction(0))
-        release._register(q.name, plan, selection_delta)
+        release._register(q.name, plan, self._delta)
         ctx = BuildContext(
             people.schema,
             release._query_keys(),
@@ -186,7 +191,7 @@ class _Metric(beam.PTransform[Any, Any]):
             check_key_types(self._public, q.by, people, label)
         share, sel_delta = explicit_share_of(q, people.release, label)
         plan = plan_member(q, people, label, share, sel_delta, public=self._public)
-        out: PCollection[Any] = rows | PlannedQuery(q, plan, label)
+        out: PCollection[Any] = rows | PlannedQuery(q, plan, label, delta=sel_delta)
         return out
 
     def _bind_release(self, release: Release) -> None:

@@ -95,7 +95,9 @@ class Budget:
 @dataclass
 class _Registered:
     plan: KindPlan
-    selection_delta: Fraction  # under a zCDP total: the δ this query's selection spends
+    # under a zCDP total: the δ this query spends beside ρ (its private partition selection, or
+    # its (ε, δ) mechanism: PTR, smooth sensitivity with Laplace noise, a top partition)
+    selection_delta: Fraction
 
 
 @dataclass
@@ -241,8 +243,9 @@ class Release:
             deltas = sum((*booked, *(d for _, d in new.values())), Fraction(0))
             if deltas > (self.budget.config.delta or 0):
                 raise ReleaseError(
-                    f"the release's selection delta {float(self.budget.config.delta or 0)} is "
-                    f"exhausted by the transforms' delta shares ({float(deltas)} in all)"
+                    f"the release's delta {float(self.budget.config.delta or 0)} (spent beside ρ "
+                    "by private partition selection and (ε, δ) mechanisms) is exhausted by the "
+                    f"transforms' delta shares ({float(deltas)} in all)"
                 )
 
     def _register_selection(self, plan: SelectionPlan) -> None:
@@ -286,6 +289,7 @@ class Release:
             config_hash="",
             selections=tuple(selections.values()),
             person=self._state.person,
+            selection_deltas={n: r.selection_delta for n, r in self._state.queries.items()},
         )
         return plan.to_manifest()
 

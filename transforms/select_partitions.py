@@ -19,7 +19,6 @@ composed with the members' statistics by basic composition (pipelines/kinds/shar
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
@@ -179,9 +178,7 @@ class Aggregate(beam.PTransform[Any, Any]):
             check_columns(q, people, labels[q.name])
         for selection in {s.name for s in groups.values()}:
             release._check_selection_name(selection)
-        release._check_shares(
-            {n: (p.share, getattr(p, "selection_delta", Fraction(0))) for n, p in plans.items()}
-        )
+        release._check_shares({n: (p.share, deltas[n]) for n, p in plans.items()})
         kept: dict[str, PCollection[Any]] = {}
         outs: dict[str, PCollection[Any]] = {}
         for q in queries:
@@ -189,5 +186,7 @@ class Aggregate(beam.PTransform[Any, Any]):
             if shared is not None and shared.name not in kept:
                 kept[shared.name] = rows | shared.name >> PlannedSelection(shared)
             selected = kept[shared.name] if shared is not None else None
-            outs[q.name] = rows | q.name >> PlannedQuery(q, plans[q.name], labels[q.name], selected)
+            outs[q.name] = rows | q.name >> PlannedQuery(
+                q, plans[q.name], labels[q.name], selected, delta=deltas[q.name]
+            )
         return outs

@@ -1,0 +1,80 @@
+"""Under a ρ total, the δ a library transform spends beside ρ is booked with its release.
+
+Private partition selection was booked; PTR, smooth sensitivity with Laplace noise and the top
+partition — (ε, δ) mechanisms counted beside ρ — were not, so one ``PtrMean(delta=0.5)`` ran
+under a Budget whose delta was 10^-6 (library audit). A job file was already refused
+(``pipelines/plan.py``: ``_split_selection_delta``)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import apache_beam as beam
+import pytest
+
+import userdp.transforms as dp
+from userdp.transforms.mechanisms.rng import ReleaseKey
+
+KEY = ReleaseKey(bytes(range(32)))
+ROWS = [{"person": "ann", "domain": "a.example", "duration_s": 10.0}]
+MEAN = {"value": "duration_s", "per_person": "mean", "bounds": [0, 600]}
+
+
+def _release() -> dp.Release:
+    return dp.Release._for_launcher(dp.Budget(rho=1, delta=1e-6), KEY, noise=False)
+
+
+def _people(p: Any, release: dp.Release) -> Any:
+    rows = p | beam.Create(ROWS)
+    return rows | release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
+
+
+TRANSFORMS = {
+    "ptr_mean": lambda d: dp.PtrMean(**MEAN, rho=0.1, delta=d),
+    "ptr_median": lambda d: dp.PtrMedian(**MEAN, rho=0.1, delta=d),
+    "top_partition": lambda d: dp.TopPartition(by=["domain"], rho=0.1, delta=d),
+    "smooth_median": lambda d: dp.Median(
+        **MEAN, rho=0.1, delta=d, method="smooth_sensitivity", noise="laplace"
+    ),
+    "private_count": lambda d: dp.Count(
+        by=["domain"], max_partitions_per_person=1, max_rows_per_partition=1, rho=0.1, delta=d
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", TRANSFORMS)
+def test_a_delta_share_above_the_budget_is_refused(kind: str) -> None:
+    with (
+        pytest.raises(
+            dp.ReleaseError,
+            match=r"the release's delta 1e-06 \(spent beside ρ .*\) is exhausted by the "
+            r"transforms' delta shares \(0\.5 in all\)",
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = _people(p, _release()) | kind >> TRANSFORMS[kind](0.5)
+
+
+@pytest.mark.parametrize("first", TRANSFORMS)
+@pytest.mark.parametrize("second", ["ptr_mean", "top_partition", "private_count"])
+def test_delta_shares_add_up_across_kinds(first: str, second: str) -> None:
+    """6·10^-7 twice is 1.2·10^-6 > 10^-6: the second is refused, whichever kinds they are."""
+    with (
+        pytest.raises(dp.ReleaseError, match=r"delta shares \(1\.2e-06 in all\)"),
+        beam.Pipeline() as p,
+    ):
+        people = _people(p, _release())
+        _ = people | "a" >> TRANSFORMS[first](6e-7)
+        _ = people | "b" >> TRANSFORMS[second](6e-7)
+
+
+def test_the_manifest_books_every_delta_spent_beside_rho() -> None:
+    release = _release()
+    with beam.Pipeline() as p:
+        people = _people(p, release)
+        _ = people | "ptr" >> TRANSFORMS["ptr_mean"](Fraction(3, 10**7))
+        _ = people | "top" >> TRANSFORMS["top_partition"](Fraction(3, 10**7))
+        _ = people | "visits" >> TRANSFORMS["private_count"](Fraction(4, 10**7))
+    spent = release.manifest()["spent_selection_delta"]
+    assert Fraction(spent["exact"]) == Fraction(10, 10**7)
