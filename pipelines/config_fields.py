@@ -60,6 +60,7 @@ class ConfigError(ValueError):
 
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()
+MAX_INTEGER = 2**53  # Validator.integer's cap
 
 
 def is_num(x: object) -> bool:
@@ -128,14 +129,18 @@ class Validator:
         return x
 
     def integer(self, t: Mapping[str, Any], key: str, *, required: bool, default: int) -> int:
+        """A count-like setting in [1, 2^53]: contribution bounds L and C, grid bits, shards.
+        The cap keeps every product the bounding steps form in int64 and exact in a float (a C
+        of 2^63 passed the check and then overflowed on a worker, and only when a person's rows
+        reached the step — a failure that depended on the data)."""
         x = t.get(key.rsplit(".", 1)[-1], MISSING)
         if x is MISSING and not required:
             return default
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_INTEGER:
             self.fail(
                 key,
                 x,
-                "an integer ≥ 1",
+                "an integer in [1, 2^53]",
                 "a contribution bound: choose it from what one "
                 "person plausibly contributes, not from the data",
             )

@@ -20,6 +20,7 @@ from userdp.transforms.by_person import ByPerson
 from userdp.transforms.keys import ReleaseKeys
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.metrics import PlannedQuery, query_columns
+from userdp.transforms.person_hashing import MAX_PERSON_SHARDS
 from userdp.transforms.release import Budget, Release
 from userdp.transforms.select_partitions import PlannedSelection
 
@@ -45,7 +46,7 @@ def default_shards(runner: str, options: PipelineOptions, input_bytes: int = 0) 
     benchmarks/throughput.py (one in-memory worker, 2.24M rows), 8 shards took ~15% less CPU than
     64. Shard counts never change released values.
     """
-    by_size = -(-input_bytes // INPUT_BYTES_PER_PERSON_SHARD)
+    by_size = min(MAX_PERSON_SHARDS, -(-input_bytes // INPUT_BYTES_PER_PERSON_SHARD))
     if runner != "direct":
         return max(DEFAULT_SHARDS, by_size)
     workers = options.view_as(DirectOptions).direct_num_workers or 1

@@ -37,6 +37,7 @@ from .columns import PERSON_COLUMN, PERSON_HASH_COLUMN
 from .params import BoundingParams
 from .person_hashing import (
     I64,
+    MAX_PERSON_SHARDS,
     PERSON_HASH_KEY,
     U64,
     is_text_type,
@@ -74,11 +75,16 @@ class _PartitionStatsCoder(coders.Coder):
 typecoders.registry.register_coder(PartitionStats, _PartitionStatsCoder)
 
 
-def _check_num_shards(num_shards: int) -> None:
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+def check_num_shards(num_shards: int) -> None:
+    """Refuses, while the pipeline is built, a shard count the shard steps cannot hold."""
+    if (
+        isinstance(num_shards, bool)
+        or not isinstance(num_shards, int)
+        or not 1 <= num_shards <= MAX_PERSON_SHARDS
+    ):
         raise ValueError(
-            f"num_shards must be a positive integer, got {num_shards!r}; each shard is processed "
-            "in memory, so use more shards for more input"
+            f"num_shards must be an integer in [1, {MAX_PERSON_SHARDS}], got {num_shards!r}; "
+            "each shard is processed in memory, so use more shards for more input"
         )
 
 
@@ -235,7 +241,7 @@ class ShardByPerson(beam.PTransform[Any, Any]):
 
     def __init__(self, num_shards: int, key: bytes, *, person_hashes: bool = True) -> None:
         super().__init__()
-        _check_num_shards(num_shards)
+        check_num_shards(num_shards)
         check_bounding_key(key)
         self._num_shards = num_shards
         self._key = key
@@ -349,7 +355,7 @@ class AggregatePerPartition(beam.PTransform[Any, Any]):
 
     def __init__(self, params: BoundingParams, key: bytes, num_shards: int) -> None:
         super().__init__()
-        _check_num_shards(num_shards)
+        check_num_shards(num_shards)
         check_bounding_key(key)
         self._params = params
         self._key = key

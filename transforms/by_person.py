@@ -28,7 +28,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from .aggregate import ShardByPerson
+from .aggregate import ShardByPerson, check_num_shards
 from .columns import is_reserved_column
 from .validate import ValidateRows
 
@@ -212,8 +212,8 @@ class ByPerson(beam.PTransform[Any, Any]):
                 tuple((k, _KEY_TYPES[t]) for k, t in keys.items()),
                 tuple(values),
             )
-        if num_shards is not None and (not isinstance(num_shards, int) or num_shards < 1):
-            raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
+        if num_shards is not None:
+            check_num_shards(num_shards)
         self._release, self._schema = release, schema
         self._num_shards = num_shards or DEFAULT_SHARDS
         self._raw = schema.fmt != "beam"  # the job file's reader: raw tables already

@@ -27,6 +27,10 @@ from .columns import PERSON_HASH_COLUMN
 PERSON_HASH_KEY = b"userdp.person_hash_key"  # schema metadata: fingerprint of the hash's key
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
+MAX_PERSON_SHARDS = 1 << 20
+"""Person shards of one shuffle, at most: a shard step counts rows per shard in an array of
+num_shards entries, and a number that passed the check could overflow a uint64 or exhaust memory
+on a worker — only once a person's rows reached the step (a failure that depended on the data)."""
 SHARD_SALT = np.uint64(0x5348415244)  # shard = splitmix64(h ⊕ salt) mod S: not h's own bits
 
 

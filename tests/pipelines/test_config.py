@@ -156,7 +156,14 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (query(0, by=["__person__"]), r"queries\[0\]\.by = '__person__': expected a column"),
         (query(1, value="__reject__"), r"queries\[1\]\.value = '__reject__': expected a colu"),
         (query(0, colour="red"), r"queries\[0\]\.colour.*unknown key"),
-        (query(0, max_rows_per_partition=0), r"queries\[0\]\.max_rows_per_partition = 0: .*≥ 1"),
+        (
+            query(0, max_rows_per_partition=0),
+            r"queries\[0\]\.max_rows_per_partition = 0: expected an integer in \[1, 2\^53\]",
+        ),
+        (  # 2^63 passed and overflowed on a worker once a person's rows reached the bound
+            query(0, max_rows_per_partition=2**63),
+            r"max_rows_per_partition = 9223372036854775808: expected an integer in \[1, 2\^53\]",
+        ),
         (query(0, max_partitions_per_person=0), r"queries\[0\]\.max_partitions_per_person = 0"),
         (query(0, max_partitions_per_person=2.5), r"max_partitions_per_person = 2\.5"),
         (query(0, max_partitions_per_person=None), r"max_partitions_per_person = \(missing\)"),

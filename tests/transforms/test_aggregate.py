@@ -101,7 +101,8 @@ def test_shard_by_person_groups_each_person_in_one_shard() -> None:
 
 
 def test_constructor_validation() -> None:
-    with pytest.raises(ValueError, match="num_shards must be a positive integer"):
-        ShardByPerson(0, KEY)
+    for bad in (0, True, 2**20 + 1, 2**63):  # 2^63 overflowed on a worker, once rows came
+        with pytest.raises(ValueError, match=r"num_shards must be an integer in \[1, 1048576\]"):
+            ShardByPerson(bad, KEY)
     with pytest.raises(ValueError, match="bounding key must be 32 bytes"):
         ShardByPerson(2, b"x")

@@ -1,9 +1,12 @@
-"""Under a ρ total, the δ a library transform spends beside ρ is booked with its release.
+"""Misuse the library refuses while the pipeline is built, found by the library audit.
 
-Private partition selection was booked; PTR, smooth sensitivity with Laplace noise and the top
-partition — (ε, δ) mechanisms counted beside ρ — were not, so one ``PtrMean(delta=0.5)`` ran
-under a Budget whose delta was 10^-6 (library audit). A job file was already refused
-(``pipelines/plan.py``: ``_split_selection_delta``)."""
+* Under a ρ total, the δ a transform spends beside ρ is booked with its release. Private
+  partition selection was booked; PTR, smooth sensitivity with Laplace noise and the top
+  partition — (ε, δ) mechanisms counted beside ρ — were not, so one ``PtrMean(delta=0.5)`` ran
+  under a Budget whose delta was 10^-6. A job file was already refused
+  (``pipelines/plan.py``: ``_split_selection_delta``).
+* Integers a worker cannot hold (a C or a shard count of 2^63) are refused, not met on a worker.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import apache_beam as beam
 import pytest
 
 import userdp.transforms as dp
+from userdp.pipelines.config_fields import ConfigError
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
@@ -78,3 +82,39 @@ def test_the_manifest_books_every_delta_spent_beside_rho() -> None:
         _ = people | "visits" >> TRANSFORMS["private_count"](Fraction(4, 10**7))
     spent = release.manifest()["spent_selection_delta"]
     assert Fraction(spent["exact"]) == Fraction(10, 10**7)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda r: r.ByPerson("person", keys={"domain": "string"}, num_shards=2**63),
+            r"num_shards must be an integer in \[1, 1048576\], got 9223372036854775808",
+        ),
+        (
+            lambda r: dp.Count(max_rows_per_partition=2**63, epsilon=1),
+            r"max_rows_per_partition = 9223372036854775808: expected an integer in \[1, 2\^53\]",
+        ),
+        (
+            lambda r: dp.Count(
+                by=["domain"], max_partitions_per_person=10**30, max_rows_per_partition=1,
+                public_partitions=["a.example"], epsilon=1,
+            ),
+            r"max_partitions_per_person = 10{30}: expected an integer in \[1, 2\^53\]",
+        ),
+    ],
+)  # fmt: skip
+def test_integers_too_large_for_the_workers_are_refused_while_building(
+    make: Any, match: str
+) -> None:
+    """A C or a shard count of 2^63 passed the checks, and a worker overflowed — only when a
+    person's rows reached it, so whether the run failed depended on the data (library audit)."""
+    release = dp.Release(dp.Budget(epsilon=1))
+    with pytest.raises((ValueError, ConfigError), match=match), beam.Pipeline() as p:
+        rows = p | beam.Create(ROWS)
+        transform = make(release)
+        if isinstance(transform, dp.Count):
+            people = rows | release.ByPerson("person", keys={"domain": "string"})
+            _ = people | "visits" >> transform
+        else:
+            _ = rows | transform
