@@ -103,7 +103,8 @@ def _check_table(table: pa.Table, schema: InputSchema) -> pa.Table:
     from userdp.pipelines.raw_records import checked_text, records_to_table  # noqa: PLC0415
 
     want = schema.arrow_schema()
-    fits = all(c in table.column_names for c in schema.columns)
+    # exactly once: a name twice in one batch cannot be selected (Arrow raises on a worker)
+    fits = all(table.column_names.count(c) == 1 for c in schema.columns)
     if fits:
         table = table.select(list(schema.columns))
         for i, f in enumerate(table.schema):
@@ -130,12 +131,27 @@ class _Unconvertible:
         return f"<a {self._type} value>"
 
 
+class _Ambiguous:
+    """The value of a column whose name a batch holds more than once: which one is meant is
+    not known, so it is of no declared type and its row a dead letter."""
+
+    def __init__(self, copies: int) -> None:
+        self._copies = copies
+
+    def __repr__(self) -> str:
+        return f"<one of {self._copies} columns of this name in the batch>"
+
+
 def _rows(table: pa.Table, columns: Sequence[str]) -> list[dict[str, Any]]:
     """The declared columns a table has, as Python rows (the others are never converted); a
     column whose values Arrow cannot convert gives each row an :class:`_Unconvertible`."""
     present = [c for c in columns if c in table.column_names]
     values: dict[str, list[Any]] = {}
     for name in present:
+        copies = table.column_names.count(name)
+        if copies > 1:
+            values[name] = [_Ambiguous(copies)] * table.num_rows
+            continue
         column = table.column(name)
         try:
             values[name] = column.to_pylist()

@@ -226,6 +226,28 @@ def test_an_arrow_batch_read_row_by_row_converts_only_declared_columns() -> None
     assert _arrow_people(far_v) == [[0.0], ["non-numeric value in v"]]
 
 
+REASON_OF_AMBIGUOUS = {
+    "pid": "person id type mismatch",
+    "k": "key type mismatch in k",
+    "v": "non-numeric value in v",
+}
+
+
+@pytest.mark.parametrize("twice", ["pid", "k", "v"])
+def test_a_declared_column_twice_in_a_batch_makes_dead_letters_not_a_failed_run(
+    twice: str,
+) -> None:
+    """Arrow raised on a worker selecting a name a batch holds twice ("Field exists 2 times"),
+    so one batch decided whether the run failed (library audit). Which copy is meant is not
+    known: the batch's rows are dead letters; the other batches are read as usual."""
+    columns = {"pid": pa.array([9, 8]), "k": pa.array(["x", "x"]), "v": pa.array([1.0, 2.0])}
+    names = [*columns, twice]
+    table = pa.Table.from_arrays([*columns.values(), columns[twice]], names=names)
+    value, dead = _arrow_people(table)
+    assert value == [0.0]  # nobody counted
+    assert dead == 2 * [REASON_OF_AMBIGUOUS[twice]]
+
+
 def test_python_objects_that_raise_when_read_make_malformed_records() -> None:
     """raw_records promises that nothing there raises on a value (a library audit found three
     objects that did: a float subclass whose __float__ raises, an id whose __repr__ exits, a
