@@ -230,7 +230,8 @@ def _report_published(job: Any, result: Any) -> int:
 
 
 def _print_result(job: Any, result: Any) -> None:
-    print(f"released {len(result.outputs)} queries:")
+    n = len(result.outputs)
+    print(f"released {n} quer{'y' if n == 1 else 'ies'}:")
     for name, path in result.outputs.items():
         print(f"  {name}: {path}")
     print(f"manifest: {result.manifest}")

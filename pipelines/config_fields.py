@@ -118,6 +118,8 @@ class Validator:
             return None
         if not isinstance(x, str) or not x:
             self.fail(key, x, "a non-empty string", "")
+        if "\x00" in x:  # no path, column or name holds one (os calls refuse it with a traceback)
+            self.fail(key, x, "a string without NUL characters", "")
         return x
 
     def choice(
@@ -164,6 +166,9 @@ class Validator:
         return Fraction(f)
 
     def resolve(self, path: str) -> str:
+        """A job file's path: relative ones from the job file's directory; ``file://`` is a local
+        path (Beam's filesystems serve no ``file://``: an output there failed as a "bug")."""
+        path = path.removeprefix("file://")
         if "://" in path or Path(path).is_absolute():
             return path
         resolved = str(self.base_dir / path)

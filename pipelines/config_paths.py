@@ -19,6 +19,15 @@ from collections.abc import Mapping
 from .config_fields import ConfigError
 
 
+def no_filesystem(what: str, path: str) -> str:
+    """The message for a location whose scheme no installed Beam filesystem serves."""
+    return (
+        f"{what} {path!r}: no Beam filesystem for this scheme here — install the Beam extra "
+        "that provides it (apache-beam[gcp] for gs://, apache-beam[aws] for s3://, "
+        "apache-beam[azure] for azfs://) or check its spelling"
+    )
+
+
 def _is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 

@@ -14,6 +14,8 @@ import stat
 
 from apache_beam.io.filesystems import FileSystems
 
+from .config_paths import no_filesystem
+
 
 class SchemaError(ValueError):
     """An input file that does not fit the job: names file, column, found type, allowed."""
@@ -60,7 +62,17 @@ def list_input_files(path_glob: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     if _is_local(path_glob):
         found = _local_files(path_glob)
     else:
-        matches = FileSystems.match([path_glob])
+        try:
+            FileSystems.get_filesystem(path_glob)
+        except Exception:  # ValueError: no such scheme; BeamIOError: its library is missing
+            raise SchemaError(no_filesystem("input path", path_glob)) from None
+        try:
+            matches = FileSystems.match([path_glob])
+        except Exception as e:  # no such bucket, no credentials, a host that does not answer
+            raise SchemaError(
+                f"input path {path_glob!r}: cannot be listed ({type(e).__name__}); check the "
+                "location and this machine's access to it"
+            ) from None
         found = [(m.path, m.size_in_bytes) for r in matches for m in r.metadata_list]
     if not found:
         raise SchemaError(f"input path {path_glob!r} matched no files")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
+from .config_paths import no_filesystem
 from .interrupts import caused_by
 from .output_layout import MANIFEST, REPORT, QueryFiles
 
@@ -97,10 +98,14 @@ def probe_writable(directory: str, what: str) -> None:
     removed meanwhile (``FileNotFoundError``) tries again after a random pause of up to 10 ms
     (launchers in step would keep removing each other's directory: five plain retries failed
     under a loaded machine), ``PROBE_ATTEMPTS`` times in all."""
+    try:
+        FileSystems.get_filesystem(directory)
+    except Exception:  # ValueError: no such scheme; BeamIOError: its library is missing
+        raise OutputLocationError(no_filesystem(what, directory)) from None
     for attempt in range(PROBE_ATTEMPTS):
-        probe = FileSystems.join(directory, f"{_PROBE}-{secrets.token_hex(6)}")
         created: list[str] = []
-        try:
+        try:  # join too: a scheme no Beam filesystem serves raises there (exit 2, not a "bug")
+            probe = FileSystems.join(directory, f"{_PROBE}-{secrets.token_hex(6)}")
             created = _make_dirs(directory)
             with FileSystems.create(probe) as f:
                 f.write(b"")

@@ -83,6 +83,21 @@ def test_no_files_matched(tmp_path: Path) -> None:
         inspect_inputs(str(tmp_path / "*.parquet"), "parquet", COLUMNS)
 
 
+@pytest.mark.parametrize(
+    "path", ["gcs://bucket/logs/*.parquet", "foo://host/x/*.parquet", "hdfs://nn/logs/*.parquet"]
+)
+def test_a_scheme_no_installed_filesystem_serves_is_an_input_error(path: str) -> None:
+    """A misspelt scheme (gcs:// for gs://) or one whose library is not installed (hdfs://
+    here) was Beam's ValueError or BeamIOError: exit 1, "a bug in userdp" (CLI audit)."""
+    with pytest.raises(SchemaError, match=r"no Beam filesystem for this scheme here — install"):
+        inspect_inputs(path, "parquet", COLUMNS)
+
+
+def test_a_file_url_is_a_local_input(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="matched no files"):
+        inspect_inputs(f"file://{tmp_path}/*.parquet", "parquet", COLUMNS)
+
+
 def test_unknown_format_and_kinds(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="format 'orc' is not supported; allowed: parquet"):
         inspect_inputs(str(tmp_path / "*"), "orc", COLUMNS)

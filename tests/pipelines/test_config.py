@@ -96,6 +96,9 @@ def test_defaults_and_inference() -> None:
     assert cfg.queries[0].max_partitions_per_person == 1
     cfg = parse_job(job(input={"path": "logs/", "person": "p", "format": "avro"}))
     assert cfg.input.format == "avro"
+    # file:// is a local path: Beam serves no file:// (an output there exited 1, "a bug")
+    cfg = parse_job(job(output={"path": "file:///srv/release/"}))
+    assert cfg.output.path == "/srv/release/"
 
 
 def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
@@ -193,6 +196,10 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"queries\[0\]'s \('visits'\)",
         ),
         (query(1, name="visits.csv"), r"may be 'visits.csv', as may queries\[0\]'s"),
+        (
+            job(output={"path": "rel\x00x"}),
+            r"output\.path = 'rel\\x00x': expected a string without NUL",
+        ),
         (query(0, name="report.html"), r"may be 'report.html', a file every release writes"),
         (query(1, name="Manifest.json"), r"may be 'manifest.json', a file every release writes"),
         (query(0, rho=0.1), r"queries\[0\]\.rho = 0\.1: expected shares of the total's kind"),

@@ -69,3 +69,10 @@ def test_four_launchers_probing_one_new_directory_all_succeed(tmp_path: Path) ->
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         failures = pool.starmap(_probe_many, [(directory, 100)] * 4)
     assert failures == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("path", ["gcs://bucket/release", "foo://host/x", "hdfs://nn/release"])
+def test_a_scheme_no_installed_filesystem_serves_is_an_output_location_error(path: str) -> None:
+    """Was exit 1 ("a bug in userdp"): FileSystems.join raised before the probe's try."""
+    with pytest.raises(OutputLocationError, match=r"no Beam filesystem for this scheme here"):
+        probe_writable(path, "output.path")
