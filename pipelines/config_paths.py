@@ -53,6 +53,11 @@ def glob_root(pattern: str) -> str:
     return "/".join(fixed) or "."
 
 
+def paths_overlap(a: str, b: str) -> bool:
+    """Is one of the two locations inside the other (or are they the same)?"""
+    return _overlap(a, b)
+
+
 def _overlap(a: str, b: str) -> bool:
     ca, cb = _canonical(a), _canonical(b)
     return ca.startswith(cb) or cb.startswith(ca)

@@ -45,6 +45,7 @@ from userdp.transforms.release import Budget, Release
 from . import charging
 from .config import JobConfig
 from .config_fields import ConfigError
+from .config_paths import paths_overlap
 from .interrupts import RunInterrupted, caused_by, interrupts_held
 from .job import check_job
 from .ledger import Cost, Reservation
@@ -192,6 +193,31 @@ def _charge_and_measure(
     return reservation, measurements
 
 
+def _check_tuning_directory(job: JobConfig, directory: str) -> None:
+    """Refuses a tuning directory that overlaps the release's ``output.path`` or holds another
+    kind of manifest: tuning replaces manifest.json and report.html, and a published release
+    whose manifest it replaced was no longer a release (CLI audit)."""
+    if paths_overlap(directory, job.output.path):
+        raise ConfigError(
+            "--out", directory, "a directory apart from output.path",
+            f"the release in {job.output.path} keeps its manifest.json and report.html there",
+        )  # fmt: skip
+    manifest = FileSystems.join(directory, "manifest.json")
+    if not FileSystems.exists(manifest):
+        return
+    try:
+        with FileSystems.open(manifest) as f:
+            kind = json.loads(f.read()).get("kind")
+    except Exception:  # unreadable, not JSON, not an object: not ours to replace
+        kind = None
+    if kind != "tuning":
+        raise ConfigError(
+            "--out", directory, "a new directory or one of an earlier tuning",
+            "it holds a manifest.json that is not a tuning manifest (a release?): tuning would "
+            "replace it",
+        )  # fmt: skip
+
+
 def run_tune(
     job: JobConfig,
     epsilon: Fraction | None = None,
@@ -212,6 +238,7 @@ def run_tune(
     progress.stage(f"checking the job file and its inputs ({job.source})")
     checked = check_job(job, beam_args)
     check_worker_paths(job.runner.name, {"--out": directory})  # workers write measurements there
+    _check_tuning_directory(job, directory)
     probe_writable(directory, "--out (the tuning directory)")  # before anything is charged
     if job.source:
         probe_writable(str(Path(job.source).parent), "the job file's directory (for the new one)")

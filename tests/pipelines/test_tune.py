@@ -345,3 +345,23 @@ def test_a_job_without_a_file_needs_an_output_directory(logs: Path) -> None:
     job = dataclasses.replace(load_job(write_job(logs, "nofile")), source="")
     with pytest.raises(ConfigError, match=r"--out = None: expected a directory"):
         run_tune(job, Fraction(1, 10), None, release_key=KEY)
+
+
+@pytest.mark.parametrize("where", ["release", "release/tune", "other-release"])
+def test_a_tuning_directory_on_a_release_is_refused_before_the_charge(
+    logs: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tuning replaces manifest.json and report.html: pointed at a published release (or into
+    it) it replaced the release's manifest and left a directory `verify` rejects (CLI audit)."""
+    path, ledger = ledger_job(logs, f"onrelease-{where.replace('/', '-')}", "1")
+    other = path.parent / "other-release"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"queries": []}\n')  # a release's, not a tuning's
+    assert main(["tune", str(path), "--out", str(path.parent / where)]) == 2
+    err = capsys.readouterr().err
+    if where == "other-release":
+        assert "it holds a manifest.json that is not a tuning manifest" in err
+        assert (other / "manifest.json").read_text() == '{"queries": []}\n'
+    else:
+        assert re.search(r"--out = '.*': expected a directory apart from output\.path", err)
+    assert spent(ledger, capsys) == "0"
