@@ -67,6 +67,18 @@ def is_num(x: object) -> bool:
     return isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
 
 
+def finite_float(x: object) -> float:
+    """``x`` as a float, or NaN when it is not a number or no finite float holds it (a TOML
+    integer of 400 digits: float() raised OverflowError, a traceback instead of exit 2)."""
+    if not is_num(x):
+        return math.nan
+    try:
+        f = float(x)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
 class _Table:
     """How a whole TOML table is shown in an error: by its keys, not as a Python dict."""
 
@@ -204,8 +216,8 @@ def parse_bounds(
                 f"metric {metric!r} clamps each value to its bounds",
             )
         return None
-    ok = isinstance(raw, list) and len(raw) == 2 and all(is_num(x) for x in raw)
-    lo, hi = (float(raw[0]), float(raw[1])) if ok else (math.nan, math.nan)
+    ok = isinstance(raw, list) and len(raw) == 2
+    lo, hi = (finite_float(raw[0]), finite_float(raw[1])) if ok else (math.nan, math.nan)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         v.fail(f"{k}.bounds", shown(raw), *_BOUNDS)
     return lo, hi

@@ -29,7 +29,7 @@ from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMech
 from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
 
 from ..config import QueryConfig
-from ..config_fields import MISSING, is_num, parse_shares
+from ..config_fields import MISSING, finite_float, parse_shares
 from ..public_keys import typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .shifted_inverse import config_error, parse_partitioning, public_keys
@@ -64,8 +64,8 @@ def _exponents(s: QuerySection, metric: str) -> tuple[int, int]:
     if raw is MISSING:
         lo, hi = DEFAULT_RANGE
     else:
-        ok = isinstance(raw, list) and len(raw) == 2 and all(is_num(x) for x in raw)
-        ok = ok and all(math.isfinite(float(x)) and x > 0 for x in raw)
+        ok = isinstance(raw, list) and len(raw) == 2
+        ok = ok and all(math.isfinite(finite_float(x)) and x > 0 for x in raw)
         if not ok:
             s.fail("bound_range", raw, *_RANGE)
         lo, hi = Fraction(raw[0]), Fraction(raw[1])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config_fields import MISSING, Validator
+from ..config_fields import MISSING, Validator, finite_float
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
@@ -189,9 +189,8 @@ class QuerySection:
         x = self.raw.get(name, MISSING)
         if x is MISSING and default is not None:
             return default
-        ok = isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
-        f = float(x) if ok else float("nan")
-        ok = ok and math.isfinite(f)
+        f = finite_float(x)
+        ok = math.isfinite(f)
         if ok and low is not None:
             ok = f > low if open_low else f >= low
         if ok and high is not None:

@@ -21,6 +21,7 @@ Values are clamped to [0, upper]: negative values count as 0.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,7 +31,7 @@ from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
 from userdp.transforms.params import quantum_exponent
 
 from ..config import ConfigError, QueryConfig
-from ..config_fields import MISSING, parse_by, parse_partitions, parse_shares
+from ..config_fields import MISSING, finite_float, parse_by, parse_partitions, parse_shares
 from ..public_keys import typed_public_keys
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .shifted_inverse_plan import ShiftedInversePlan, divide, shifted_inverse_params
@@ -75,6 +76,9 @@ def _grid_options(s: QuerySection) -> dict[str, Any]:
     if grid == "linear" and s.has("growth"):
         s.fail("growth", s.get("growth"), "no growth for a linear grid", 'or grid = "log"')
     growth = (s.number("growth", positive=True) or DEFAULT_GROWTH) if grid == "log" else None
+    for key, x in (("upper", upper), ("resolution", resolution), ("growth", growth)):
+        if x is not None and not math.isfinite(finite_float(x)):  # 10^400: no float holds it
+            s.fail(key, s.get(key), "a number below 1.8e308", "values are floats")
     try:
         OutputGrid(upper, resolution, grid, growth)
     except ValueError as e:

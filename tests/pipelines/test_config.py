@@ -196,6 +196,35 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"queries\[0\]'s \('visits'\)",
         ),
         (query(1, name="visits.csv"), r"may be 'visits.csv', as may queries\[0\]'s"),
+        # a 400-digit TOML integer where a float goes: float() raised OverflowError (exit 1)
+        (query(1, bounds=[0, 10**400]), r"queries\[1\]\.bounds = \[0, 1000.*expected"),
+        (
+            job(
+                queries=[
+                    {
+                        "name": "m",
+                        "metric": "quantile",
+                        "q": 10**400,
+                        "value": "v",
+                        "bounds": [0, 1],
+                        "per_person": "mean",
+                    }
+                ]
+            ),
+            r"queries\[0\]\.q = 1000.*: expected",
+        ),
+        (
+            job(
+                queries=[
+                    {"name": "c", "metric": "count", "bound": "auto", "bound_range": [1, 10**400]}
+                ]
+            ),
+            r"queries\[0\]\.bound_range = \[1, 1000.*: expected",
+        ),
+        (
+            job(queries=[{"name": "t", "metric": "total", "upper": 10**400}]),
+            r"queries\[0\]\.upper = 1000.*: expected a number below 1\.8e308",
+        ),
         (
             job(output={"path": "rel\x00x"}),
             r"output\.path = 'rel\\x00x': expected a string without NUL",
