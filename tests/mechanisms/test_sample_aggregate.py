@@ -363,6 +363,11 @@ def test_manifest_states_k_range_aggregator_and_guarantee() -> None:
         ({"chunks": None}, ValueError, "count_epsilon must give"),
         ({"chunks": None, "count_epsilon": -1.0}, ValueError, "count_epsilon must be positive"),
         ({"count_epsilon": 0.1}, ValueError, "count_epsilon is only for chunks=None"),
+        (  # the person count's noise overflowed only once the pipeline was built (exit 1)
+            {"chunks": None, "count_epsilon": 1e-301, "aggregator": "median"},
+            ValueError,
+            r"Laplace noise for sensitivity 1 at ε = 1e-301 has a scale that overflows",
+        ),
         ({"chunks": 0}, ValueError, r"chunks must lie in \[1, 1000000\]"),
         ({"chunks": 2.0}, TypeError, "chunks must be an int"),
         ({"chunks": True}, TypeError, "chunks must be an int"),

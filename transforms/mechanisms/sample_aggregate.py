@@ -132,6 +132,9 @@ class SampleAggregateParams:
                     "must give that count's budget; or set chunks"
                 )
             positive(self.count_epsilon, "count_epsilon", SHARE_HINT)
+            # built once here from public numbers: a scale that overflows (ε = 1e-300) is a
+            # planning error, not a failure while the pipeline is built (CLI audit)
+            LaplaceMechanism(1.0, self.count_epsilon)
         else:
             check_chunks(self.chunks)
             if self.count_epsilon is not None:
