@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from userdp.transforms.contribution_structure import StructurePlan, ValuePlan
+from userdp.transforms.mechanisms.accounting import float_down
+from userdp.transforms.mechanisms.additive import LaplaceMechanism
 from userdp.transforms.mechanisms.bound_recommendation import (
     GAUSSIAN_ABS,
     LAPLACE_ABS,
@@ -36,6 +38,7 @@ from userdp.transforms.mechanisms.contribution_histogram import ContributionHist
 from userdp.transforms.mechanisms.value_histogram import ValueHistogram
 
 from .config import JobConfig, QueryConfig
+from .config_fields import ConfigError
 from .input_files import InputSchema
 from .plan import plan_release
 from .public_keys import read_public_keys, typed_public_keys
@@ -130,7 +133,31 @@ def tuning_groups(job: JobConfig, epsilon: Fraction, schema: InputSchema) -> Tun
         for name, (c, by, f) in zip(vnames, columns, strict=True)
     )
     value_of = {q.name: n for n, qs in zip(vnames, columns.values(), strict=True) for q in qs}
+    _check_noise(epsilon, plans, values)
     return TuneGroups(tuple(plans), values, of_query, value_of)
+
+
+def _check_noise(
+    epsilon: Fraction, plans: Sequence[StructurePlan], values: Sequence[ValuePlan]
+) -> None:
+    """Builds every measurement's noise now, from public numbers: an ε whose scale overflows a
+    float (1e-300) or that no float holds (1e400) is exit 2 before the charge, not a worker's
+    failure after it (CLI audit)."""
+    try:
+        for p in plans:
+            p.histogram.mechanism()
+            if p.partitions_epsilon is not None:
+                LaplaceMechanism(1.0, float_down(p.partitions_epsilon))
+        for v in values:
+            v.histogram.mechanism()
+    except (ValueError, OverflowError) as e:
+        try:
+            shown = f"{float(epsilon):g}"
+        except OverflowError:
+            shown = "above 1.8e308"
+        raise ConfigError(
+            "--epsilon", shown, "an ε whose noise scales a float can hold", str(e)
+        ) from None
 
 
 def _unique_names(names: list[str]) -> list[str]:

@@ -319,7 +319,10 @@ def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
 @pytest.mark.parametrize(
     ("flag", "message"),
     [("0", r"--epsilon = '0': expected a positive number"),
-     ("abc", r"--epsilon = 'abc': expected a positive number")],
+     ("abc", r"--epsilon = 'abc': expected a positive number"),
+     # noise scales no float holds: exit 1 on a worker, after the charge (CLI audit)
+     ("1e-300", r"--epsilon = '1e-300': expected an ε whose noise scales a float can hold"),
+     ("1e400", r"--epsilon = 'above 1.8e308': expected an ε whose noise scales a float")],
 )  # fmt: skip
 def test_misuse_is_refused_by_name(
     logs: Path, flag: str, message: str, capsys: pytest.CaptureFixture[str]
