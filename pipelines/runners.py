@@ -88,6 +88,7 @@ def resolve(
     spec = OPTIONS[name]
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     file_values = {k: _file_value(name, k, v, base) for k, v in options.items()}
+    _refuse_stray_arguments(name, beam_args)
     given_on_cli = _cli_option_names(beam_args)
     _parse_flags(_flags(file_values), "runner.options", dict(options))  # the file's, alone
     parsed = _parse_flags([*_flags(file_values), *beam_args], "command line", " ".join(beam_args))
@@ -295,6 +296,36 @@ def _runner_flag(name: str) -> list[str]:
 
 
 # --- command-line flags -----------------------------------------------------------------------
+
+
+def _refuse_stray_arguments(name: str, beam_args: Sequence[str]) -> None:
+    """The command line holds Beam flags only, and none of another runner's table — checked as
+    the job file's options are. A second job file (``userdp run a.toml b.toml``) went to Beam,
+    which dropped it with a warning in the operator log, and the run exited 0 as if both ran;
+    ``--job_name`` with the direct runner was ignored (CLI audit)."""
+    takes_value = False
+    for arg in beam_args:
+        if arg.startswith("--") and len(arg) > 2:
+            flag = arg[2:].split("=", 1)[0]
+            dest = FLAG_DESTS.get(flag, flag.replace("-", "_"))
+            others = [n for n, table in OPTIONS.items() if dest in table]
+            if others and name not in others:
+                raise RunnerError(
+                    f"--{flag} (command line)", _flag_value(beam_args, flag),
+                    f"one of the options of runner {name!r}, or another Beam pipeline option",
+                    f"{dest} is an option of runner {others[0]!r}, which runner {name!r} would "
+                    "ignore",
+                )  # fmt: skip
+            actions = beam_option_actions().get(dest, [])
+            takes_value = "=" not in arg and any(a.nargs != 0 for a in actions)
+        elif takes_value:
+            takes_value = False  # the value of the flag before it
+        else:
+            raise RunnerError(
+                f"{arg!r} (command line)", arg,
+                "Beam pipeline options after the job file (--name=value)",
+                "a command takes one job file: run each job file in its own command",
+            )  # fmt: skip
 
 
 def _cli_option_names(beam_args: Sequence[str]) -> set[str]:

@@ -69,6 +69,24 @@ def test_command_line_flags_override_the_file_and_are_checked_the_same_way() -> 
         pipeline_options("direct", file, ["--direct_num_workers=0"])
 
 
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [  # a second job file went to Beam, which dropped it: the run exited 0 (CLI audit)
+        (["b.toml"], r"^'b\.toml' \(command line\) = 'b\.toml': expected Beam pipeline options"),
+        (["--direct_num_workers", "1", "b.toml"], r"^'b\.toml' \(command line\)"),
+        (["--save_main_session", "b.toml"], r"^'b\.toml' \(command line\)"),  # a switch
+        # another runner's flag: refused in the job file, ignored on the command line
+        (["--job_name=x"], r"^--job_name \(command line\) = 'x': .* runner 'dataflow'"),
+        (["--flink_master", "host:8081"], r"^--flink_master \(command line\) = 'host:8081'"),
+    ],
+)
+def test_the_command_line_is_checked_as_the_job_files_options_are(
+    args: list[str], match: str
+) -> None:
+    with pytest.raises(RunnerError, match=match):
+        pipeline_options("direct", {}, args)
+
+
 def test_resolved_options_are_plain_json_and_list_other_command_line_flags() -> None:
     got = resolved_options(
         "dataflow",
