@@ -49,6 +49,7 @@ from .interrupts import RunInterrupted, exit_code  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
+from .tool_cli import demo_args, generate_args, keygen_args, run_demo, run_generate, run_keygen  # noqa: E402
 from .tune_cli import TUNE_HELP, add_tune_arguments, run_tune_command  # noqa: E402
 
 
@@ -258,86 +259,6 @@ def _print_result(job: Any, result: Any) -> None:
             print(f"  {a.name}: spent {a.spent} of {a.cap}; remaining {a.remaining}")
 
 
-def _generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--people", type=int, required=True, help="number of persons")
-    p.add_argument("--out", required=True, help="output file: .parquet .avro .csv or .jsonl")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    p.add_argument(
-        "--visits-median", type=float, default=None, help="median visits per person (about 12)"
-    )
-    p.add_argument("--domains", type=int, default=None, help="number of domains (50)")
-    p.add_argument(
-        "--domain-skew", type=float, default=None, help="Zipf exponent of domain popularity (1.1)"
-    )
-
-
-def _generate(args: argparse.Namespace) -> int:
-    from .generate import generate  # noqa: PLC0415 (keeps `userdp plan` fast)
-
-    if args.people < 1:
-        print(f"userdp generate: --people must be ≥ 1, got {args.people}", file=sys.stderr)
-        return 2
-    from .generate import LogShape  # noqa: PLC0415
-
-    given = {
-        k: v
-        for k, v in (
-            ("visits_median", args.visits_median),
-            ("domains", args.domains),
-            ("domain_skew", args.domain_skew),
-        )
-        if v is not None
-    }
-    try:
-        shape = LogShape(**given)
-    except ValueError as e:
-        print(f"userdp generate: {e}", file=sys.stderr)
-        return 2
-    rows = generate(args.people, args.out, seed=args.seed, shape=shape)
-    print(f"wrote {rows:,} rows for {args.people:,} persons to {args.out}")
-    return 0
-
-
-def _demo_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--people", type=int, default=5000, help="persons in the synthetic log")
-    p.add_argument("--dir", help="working directory (default: a new temporary directory)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import demo  # noqa: PLC0415 (Beam loads only for commands that use it)
-
-    if args.people < 1:
-        print(f"userdp demo: --people must be ≥ 1, got {args.people}", file=sys.stderr)
-        return 2
-    demo(args.people, args.dir, args.seed, sys.stdout)
-    return 0
-
-
-def _keygen_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", metavar="PATH", help="the key file to create (must not exist)")
-
-
-def _keygen(args: argparse.Namespace) -> int:
-    """A release key file for ``[release] secret_path``: 32 random bytes, mode 0600, never
-    overwritten (replacing a key makes earlier release ids impossible to re-run)."""
-    import os  # noqa: PLC0415
-    import secrets  # noqa: PLC0415
-
-    try:
-        parent = os.path.dirname(args.path)
-        if parent and not os.path.isdir(parent):  # e.g. keys/ beside the job file: owner-only
-            os.makedirs(parent, mode=0o700)
-        fd = os.open(args.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as e:
-        print(f"userdp keygen: cannot create {args.path} ({e.strerror})", file=sys.stderr)
-        return 2
-    with os.fdopen(fd, "wb") as f:
-        f.write(secrets.token_bytes(32))
-    print(f"wrote a 32-byte key to {args.path} (mode 0600); set [release] secret_path to it")
-    return 0
-
-
 def _verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("release", metavar="DIR", help="a release directory (output.path)")
 
@@ -368,17 +289,17 @@ COMMANDS: dict[str, Command] = {
         _verify_args,
         _verify,
     ),
-    "generate": Command("write a synthetic browsing log", _generate_args, _generate),
+    "generate": Command("write a synthetic browsing log", generate_args, run_generate),
     "ledger": Command(LEDGER_HELP, add_ledger_arguments, run_ledger),
     "keygen": Command(
         "create a key file for [release] secret_path (keeps noise keys out of the job graph)",
-        _keygen_args,
-        _keygen,
+        keygen_args,
+        run_keygen,
     ),
     "demo": Command(
         "generate a small browsing log, release it on the Direct runner and print the result",
-        _demo_args,
-        _demo,
+        demo_args,
+        run_demo,
     ),
 }
 
