@@ -131,16 +131,23 @@ def read_public_keys(q: QueryConfig, key: str, source: str) -> Keys:
 
 
 def typed_public_keys(keys: Keys, by: Sequence[str], schema: InputSchema) -> Keys:
-    """``keys`` converted to the input types of the ``by`` columns, duplicates removed.
+    """``keys`` converted to the input types of the ``by`` columns, duplicates removed; two keys
+    written differently that type alike (``"1"`` and ``"01"`` for an int column) are refused.
 
     Raises ``ValueError`` (``"row N, column C: …"``, no value) for a key that cannot have its
     column's type; :func:`check_public_keys` turns it into a ConfigError before the charge.
     """
     types = dict(schema.keys)
-    out = []
+    seen: dict[tuple[object, ...], int] = {}
     for n, key in enumerate(keys, start=1):
-        out.append(tuple(_typed(types[c], v, n, c) for c, v in zip(by, key, strict=True)))
-    return tuple(dict.fromkeys(out))
+        typed = tuple(_typed(types[c], v, n, c) for c, v in zip(by, key, strict=True))
+        if typed in seen and keys[seen[typed] - 1] != key:  # "1" and "01" for an int column
+            raise ValueError(
+                f"key {n}: the same key as key {seen[typed]} once typed as the columns are "
+                "(the plan counts the keys as written: list each key once)"
+            )
+        seen.setdefault(typed, n)
+    return tuple(seen)
 
 
 def _typed(t: pa.DataType, v: Any, n: int, column: str) -> object:
@@ -161,7 +168,11 @@ def _typed(t: pa.DataType, v: Any, n: int, column: str) -> object:
         return v
     if not isinstance(v, str):
         raise ValueError(f"{where}: not a string (the column is text)")
-    return v
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): Beam's coder raised
+        raise ValueError(f"{where}: not UTF-8 text (a lone surrogate)") from None
+    return v[:]  # a plain str: a str subclass of the caller's may not pickle to workers
 
 
 def check_public_keys(job: JobConfig, schema: InputSchema) -> None:

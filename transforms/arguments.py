@@ -40,8 +40,8 @@ def key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
         raise TypeError(
             f"public_partitions must be a list of keys, got {type(keys).__name__} {keys!r}"
         )
-    out = tuple(
-        tuple(plain_param(v) for v in k) if isinstance(k, tuple) else (plain_param(k),)
+    out = tuple(  # a list is a key of several columns too ([["x", 1]]: unhashable before)
+        tuple(plain_param(v) for v in k) if isinstance(k, (tuple, list)) else (plain_param(k),)
         for k in keys
     )
     if not out:

@@ -325,6 +325,27 @@ def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
             )
 
 
+class _Text(str):
+    """A caller's str subclass (in a notebook, a class in __main__)."""
+
+
+def test_public_partitions_are_typed_once_and_counted_as_released() -> None:
+    """Library audit: lists as multi-column keys raised "unhashable type: 'list'"; "1", "01" and
+    "+1" for an int column released one key while the manifest counted 3; a lone surrogate
+    failed in Beam's coder. Keys typed alike are refused; a str subclass becomes a str."""
+    release = exact_release()
+    with beam.Pipeline() as p:
+        rows = p | beam.Create([{"pid": 1, "k": "x", "n": 1}])
+        people = rows | release.ByPerson("pid", keys={"k": "string", "n": "int"}, person_type="int")
+        _ = people | "lists" >> count(by=["k", "n"], public_partitions=[["x", 1], ["y", 2]])
+        with pytest.raises(ValueError, match=r"key 2: the same key as key 1 once typed"):
+            _ = people | "alike" >> count(by=["n"], public_partitions=["1", "01", "+1"])
+        with pytest.raises(ValueError, match=r"key 1, column 'k': not UTF-8 text"):
+            _ = people | "surrogate" >> count(public_partitions=["\ud800"])
+        _ = people | "subclass" >> count(public_partitions=[_Text("x")])
+    assert release.manifest()["queries"][0]["n_public_partitions"] == 2
+
+
 def test_a_pipeline_goes_on_after_a_caught_mistake() -> None:
     """A notebook's loop: a transform fails when applied (a typo), the next cell applies a fixed
     one. The failed transform stays in Beam's graph as a leaf, which Beam pickles — it must not
