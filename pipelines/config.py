@@ -10,8 +10,6 @@ Budget numbers are exact: a TOML float is read as the decimal it was written as
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 import sys
@@ -44,6 +42,7 @@ from .config_model import (
     QueryConfig,
     ReleaseConfig,
     RunnerConfig,
+    canonical_hash,
 )
 from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, REFUSED_METRICS, kind_for, kind_of
@@ -244,7 +243,7 @@ def parse_job(
             q if q.partitions in (None, "private") else _with_path(q, v.resolve(q.partitions))
             for q in queries
         ),
-        config_hash=_canonical_hash(written),
+        config_hash=canonical_hash(written),
         source=source,
         ledger=ledger,
         release=release,
@@ -344,9 +343,6 @@ def _fields(obj: Any) -> dict[str, Any]:
     return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
 
 
-_HASHED_WHEN_SET = ("shards",)
-
-
 def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
     if "shards" not in out_raw:
         return None
@@ -354,32 +350,6 @@ def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
     if shards > MAX_OUTPUT_SHARDS:
         v.fail("output.shards", shards, f"an integer in [1, {MAX_OUTPUT_SHARDS}]", "")
     return shards
-
-
-def _canonical_hash(cfg: JobConfig) -> str:
-    def enc(x: Any) -> Any:
-        if hasattr(x, "__dataclass_fields__"):
-            # the secret file's content is in the ledger's fingerprint (a key check value), not
-            # its location: moving the file changes no released value
-            # nor the input's codec: the files' bytes are in the ledger's fingerprint, and a
-            # codec that reads the same rows from them gives the same release
-            skip = ("config_hash", "source", "runner", "ledger", "release", "compression")
-            return {
-                k: enc(v)
-                for k, v in _fields(x).items()
-                # a key added later hashes only when set, so older job files keep their hash
-                if k not in skip and not (k in _HASHED_WHEN_SET and v is None)
-            }
-        if isinstance(x, Fraction):
-            return {"fraction": str(x)}
-        if isinstance(x, Mapping):
-            return {str(k): enc(v) for k, v in x.items()}
-        if isinstance(x, (tuple, list)):
-            return [enc(v) for v in x]
-        return x if x is None or isinstance(x, (str, int, float, bool)) else repr(x)
-
-    text = json.dumps(enc(cfg), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_budget_table(raw: Mapping[str, Any], *, source: str = "") -> BudgetConfig:

@@ -6,6 +6,8 @@ The job file's keys are these dataclasses' fields; a query kind's own keys live 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -137,3 +139,35 @@ class JobConfig:
             "input.dead_letter": self.input.dead_letter,
             "release.secret_path": self.release.secret_path,
         }
+
+
+_HASHED_WHEN_SET = ("shards",)
+
+
+def canonical_hash(cfg: JobConfig) -> str:
+    """The job file's hash as the ledger and the manifest use it: every field that can change a
+    released value, in a canonical JSON form (locations and runner excluded: below)."""
+
+    def enc(x: Any) -> Any:
+        if hasattr(x, "__dataclass_fields__"):
+            # the secret file's content is in the ledger's fingerprint (a key check value), not
+            # its location: moving the file changes no released value
+            # nor the input's codec: the files' bytes are in the ledger's fingerprint, and a
+            # codec that reads the same rows from them gives the same release
+            skip = ("config_hash", "source", "runner", "ledger", "release", "compression")
+            return {
+                k: enc(v)
+                for k, v in {k: getattr(x, k) for k in x.__dataclass_fields__}.items()
+                # a key added later hashes only when set, so older job files keep their hash
+                if k not in skip and not (k in _HASHED_WHEN_SET and v is None)
+            }
+        if isinstance(x, Fraction):
+            return {"fraction": str(x)}
+        if isinstance(x, Mapping):
+            return {str(k): enc(v) for k, v in x.items()}
+        if isinstance(x, (tuple, list)):
+            return [enc(v) for v in x]
+        return x if x is None or isinstance(x, (str, int, float, bool)) else repr(x)
+
+    text = json.dumps(enc(cfg), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
