@@ -346,10 +346,10 @@ def _fields(obj: Any) -> dict[str, Any]:
 def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
     if "shards" not in out_raw:
         return None
-    shards = v.integer(out_raw, "output.shards", required=True, default=1)
-    if shards > MAX_OUTPUT_SHARDS:
-        v.fail("output.shards", shards, f"an integer in [1, {MAX_OUTPUT_SHARDS}]", "")
-    return shards
+    return v.integer(
+        out_raw, "output.shards", required=True, default=1, maximum=MAX_OUTPUT_SHARDS,
+        hint="files per partitioned query's output",
+    )  # fmt: skip
 
 
 def parse_budget_table(raw: Mapping[str, Any], *, source: str = "") -> BudgetConfig:

@@ -61,6 +61,9 @@ class ConfigError(ValueError):
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()
 MAX_INTEGER = 2**53  # Validator.integer's cap
+_CONTRIBUTION_HINT = (
+    "a contribution bound: choose it from what one person plausibly contributes, not from the data"
+)
 
 
 def is_num(x: object) -> bool:
@@ -142,22 +145,27 @@ class Validator:
             self.fail(key, x, f"one of {', '.join(allowed)}", "")
         return x
 
-    def integer(self, t: Mapping[str, Any], key: str, *, required: bool, default: int) -> int:
-        """A count-like setting in [1, 2^53]: contribution bounds L and C, grid bits, shards.
-        The cap keeps every product the bounding steps form in int64 and exact in a float (a C
-        of 2^63 passed the check and then overflowed on a worker, and only when a person's rows
-        reached the step — a failure that depended on the data)."""
+    def integer(
+        self,
+        t: Mapping[str, Any],
+        key: str,
+        *,
+        required: bool,
+        default: int,
+        maximum: int = MAX_INTEGER,
+        hint: str = _CONTRIBUTION_HINT,
+    ) -> int:
+        """A count-like setting in [1, ``maximum``]: contribution bounds L and C (at most 2^53 by
+        default), grid bits, shards. The cap keeps every product the bounding steps form in
+        int64 and exact in a float (a C of 2^63 passed the check and then overflowed on a
+        worker, and only when a person's rows reached the step — a failure that depended on the
+        data)."""
         x = t.get(key.rsplit(".", 1)[-1], MISSING)
         if x is MISSING and not required:
             return default
-        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_INTEGER:
-            self.fail(
-                key,
-                x,
-                "an integer in [1, 2^53]",
-                "a contribution bound: choose it from what one "
-                "person plausibly contributes, not from the data",
-            )
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= maximum:
+            top = "2^53" if maximum == MAX_INTEGER else str(maximum)
+            self.fail(key, x, f"an integer in [1, {top}]", hint)
         return int(x)
 
     def number(

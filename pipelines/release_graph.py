@@ -46,11 +46,11 @@ def default_shards(runner: str, options: PipelineOptions, input_bytes: int = 0) 
     benchmarks/throughput.py (one in-memory worker, 2.24M rows), 8 shards took ~15% less CPU than
     64. Shard counts never change released values.
     """
-    by_size = min(MAX_PERSON_SHARDS, -(-input_bytes // INPUT_BYTES_PER_PERSON_SHARD))
+    by_size = -(-input_bytes // INPUT_BYTES_PER_PERSON_SHARD)
     if runner != "direct":
-        return max(DEFAULT_SHARDS, by_size)
+        return min(MAX_PERSON_SHARDS, max(DEFAULT_SHARDS, by_size))
     workers = options.view_as(DirectOptions).direct_num_workers or 1
-    return max(8, 4 * workers, by_size)
+    return min(MAX_PERSON_SHARDS, max(8, 4 * workers, by_size))
 
 
 def required_columns(job: JobConfig) -> dict[str, str]:

@@ -316,8 +316,10 @@ def _refuse_stray_arguments(name: str, beam_args: Sequence[str]) -> None:
                     f"{dest} is an option of runner {others[0]!r}, which runner {name!r} would "
                     "ignore",
                 )  # fmt: skip
-            actions = beam_option_actions().get(dest, [])
-            takes_value = "=" not in arg and any(a.nargs != 0 for a in actions)
+            actions = beam_option_actions().get(dest)
+            # a flag Beam does not define (a job server's own, passed through on flink and
+            # portable) takes the next token as its value, as Beam's parse of it does
+            takes_value = "=" not in arg and (not actions or any(a.nargs != 0 for a in actions))
         elif takes_value:
             takes_value = False  # the value of the flag before it
         else:

@@ -167,8 +167,10 @@ class QuerySection:
     def choice(self, name: str, allowed: tuple[str, ...], default: Any = MISSING) -> Any:
         return self.v.choice(self.raw, self.key(name), allowed, default=default)
 
-    def integer(self, name: str, *, required: bool, default: int) -> int:
-        return self.v.integer(self.raw, self.key(name), required=required, default=default)
+    def integer(self, name: str, *, required: bool, default: int, **limits: Any) -> int:
+        """``limits``: ``maximum`` and ``hint`` of :meth:`Validator.integer`."""
+        key = self.key(name)
+        return self.v.integer(self.raw, key, required=required, default=default, **limits)
 
     def number(
         self, name: str, *, positive: bool = False, below_one: bool = False

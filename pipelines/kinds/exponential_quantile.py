@@ -54,10 +54,10 @@ class ExponentialQuantileKind:
         metric, q, common = parse_quantile_head(s, ("grid_bits",))
         bits = DEFAULT_GRID_BITS
         if s.get("grid_bits") is not MISSING:
-            bits = s.integer("grid_bits", required=True, default=DEFAULT_GRID_BITS)
-            if not 1 <= bits <= MAX_GRID_BITS:
-                s.fail("grid_bits", bits, f"an integer in [1, {MAX_GRID_BITS}]",
-                       "2^grid_bits grid cells of the bounds; default 20")  # fmt: skip
+            bits = s.integer(
+                "grid_bits", required=True, default=DEFAULT_GRID_BITS, maximum=MAX_GRID_BITS,
+                hint="2^grid_bits grid cells of the bounds; default 20",
+            )  # fmt: skip
         shares = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
         options = {"method": METHOD, "q": q, "reduction": common["reduction"], "grid_bits": bits}
         return quantile_config(s, metric, common, shares, options=options)

@@ -87,6 +87,22 @@ def test_the_command_line_is_checked_as_the_job_files_options_are(
         pipeline_options("direct", {}, args)
 
 
+def test_a_flag_beam_does_not_define_takes_the_next_token_as_its_value() -> None:
+    """A job server's own flag passes through on flink with its value after a space (the
+    stray-argument check first took the value for a second job file: review); on direct the
+    flag itself is refused as a typo, naming it."""
+    flink = resolved_options(
+        "flink",
+        {"environment_type": "LOOPBACK"},
+        ["--flink_master=localhost:8081", "--checkpointingInterval", "60000"],
+    )
+    assert flink["checkpointingInterval"] == "60000"
+    with pytest.raises(
+        RunnerError, match=r"^--direct_num_workrs \(command line\) = '3': expected a Beam pipeline"
+    ):
+        pipeline_options("direct", {}, ["--direct_num_workrs", "3"])
+
+
 def test_resolved_options_are_plain_json_and_list_other_command_line_flags() -> None:
     got = resolved_options(
         "dataflow",

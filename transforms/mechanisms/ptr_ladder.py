@@ -165,7 +165,9 @@ class LadderPTR:
         bounds = tuple(span / r ** (rungs - 1 - j) for j in range(rungs))
         mechanisms = _rung_mechanisms(bounds, float_down(eps / 2))
         t = first_threshold(
-            lambda t: rungs * svt_failure_bound(eps / 2, t) <= d  # exact: Decimal vs Fraction
+            # d/rungs as a Fraction: Decimal vs Fraction compares exactly (rungs · bound would
+            # round to nearest in the ambient 28-digit context, past the bound's 10^−30)
+            lambda t: svt_failure_bound(eps / 2, t) <= d / rungs
         )
         fields = {
             "statistic": statistic,
