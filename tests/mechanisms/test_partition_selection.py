@@ -126,6 +126,22 @@ def test_laplace_delta_exact_and_threshold_minimal(eps: Rational, delta: float, 
     assert rule.delta_achieved == rule.delta_at(T) <= Fraction(delta)
 
 
+@pytest.mark.parametrize("make", [LaplaceThresholding, GaussianThresholding])
+def test_the_threshold_margin_is_applied_exactly(make: Callable[..., Rule]) -> None:
+    """T is accepted only if δ(T)·(1 + 10^−30) ≤ δ. The product was formed in the ambient
+    28-digit decimal context, where 1 + 10^−30 is 1 and the rounding may go down: a δ just
+    below δ(T)·(1 + 10^−30) was accepted at T (review). Now exactly, on both sides of the line."""
+    base = make(Fraction(1, 2), Fraction(1, 10**6), 2)
+    T = base.threshold
+    line = Fraction(base.delta_at(T)) * (1 + Fraction(1, 10**30))
+    # δ(T) is computed at a precision set by δ's magnitude: take it at the line's own
+    line = Fraction(make(Fraction(1, 2), line, 2).delta_at(T)) * (1 + Fraction(1, 10**30))
+    at = make(Fraction(1, 2), line, 2)
+    below = make(Fraction(1, 2), line * (1 - Fraction(1, 10**45)), 2)
+    assert at.threshold == T
+    assert below.threshold == T + 1
+
+
 GAUSSIAN_CASES = [
     (rho, delta, L)
     for rho, L in [

@@ -42,7 +42,9 @@ from .rng import KeyedRng
 from .selection_tails import MAX_TERMS, discrete_laplace_tail, gaussian_tail_fn, to_decimal
 from .threshold_search import smallest_passing
 
-_MARGIN = Decimal("1e-30")  # a threshold T is accepted only if δ(T)·(1 + 1e−30) ≤ δ
+_MARGIN = 1 + Fraction(1, 10**30)  # T is accepted only if δ(T)·(1 + 1e−30) ≤ δ, exactly
+# (as Fractions: in the ambient 28-digit decimal context 1 + 1e−30 was 1, and the product
+# rounded to nearest could fall below δ(T))
 _DELTA_SLACK_DIGITS = 20  # the optimal rule is computed for δ' = δ_p·(1 − 10^−20)
 
 
@@ -140,7 +142,7 @@ class LaplaceThresholding:
         # At T = k + 1, P(Z ≥ k) ≤ e^(−k/scale) ≤ e^−2·δ/L, so δ(T) ≤ e^−2·δ: T = k + 1 passes.
         log_l_over_d = math.log(L) + math.log(d.denominator) - math.log(d.numerator)
         k = math.ceil(float(scale) * (log_l_over_d + 2)) + 2
-        T = smallest_passing(lambda t: self.delta_at(t) * (1 + _MARGIN) <= d, 1 - k, k + 1)
+        T = smallest_passing(lambda t: Fraction(self.delta_at(t)) * _MARGIN <= d, 1 - k, k + 1)
         object.__setattr__(self, "threshold", T)
         object.__setattr__(self, "delta_achieved", self.delta_at(T))
         # P(Z ≥ 0) = 1/(1 + q) > 1/2 > q/(1 + q) = P(Z ≥ 1): P(n + Z ≥ T) ≥ 1/2 iff n ≥ T.
@@ -198,7 +200,7 @@ class GaussianThresholding:
         object.__setattr__(self, "sigma2", Fraction(L) / (2 * r))
         tail, M = self._tail()
         # At T = M + 2, P(Z ≥ M + 1) ≤ R/norm < 10^−40·δ/L, so T = M + 2 passes.
-        T = smallest_passing(lambda t: self._delta(tail, t) * (1 + _MARGIN) <= d, 1 - M, M + 2)
+        T = smallest_passing(lambda t: Fraction(self._delta(tail, t)) * _MARGIN <= d, 1 - M, M + 2)
         object.__setattr__(self, "threshold", T)
         object.__setattr__(self, "delta_achieved", self._delta(tail, T))
         # P(Z ≥ 0) = (1 + S)/(1 + 2S) > 1/2 > S/(1 + 2S) = P(Z ≥ 1), S = Σ_{z≥1} t_z.
