@@ -1,7 +1,9 @@
 """``report.html``: a release as a reader would want to see it — one self-contained file.
 
 For each query: its released table (the first ``MAX_ROWS`` rows, the largest values first) and a
-plot of the values with their 95% error bars (±1.96 stddev, the noise's, public); for the whole
+plot of the values with their 95% error bars (the noise's 95% interval from its public stddev:
+±ln 20/√2 ≈ 2.12 stddevs for Laplace noise, ±1.96 for Gaussian — the half-width ``userdp plan``
+states); for the whole
 release: the budget split as a chart and the manifest's totals. Plots are drawn with matplotlib
 (Agg) as SVG and embedded inline, with text as paths, so the file needs no network, no fonts and
 no script to render. Its bytes are deterministic (fixed SVG id salt, no date): the manifest lists
@@ -82,8 +84,34 @@ def _label(row: Mapping[str, Any], keys: Sequence[str]) -> str:
     return " / ".join(str(row[k]) for k in keys) or "(all)"
 
 
-def values_chart(name: str, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str | None:
-    """Released values with their 95% error bars (±1.96 stddev), one row per partition."""
+LAPLACE_Z95 = math.log(20) / math.sqrt(2)  # P(|X| > ln 20·b) = 0.05, σ = √2·b
+GAUSSIAN_Z95 = 1.959963984540054
+
+
+def z95(query: Mapping[str, Any]) -> float:
+    """The query's 95% half-width in stddevs of its noise: the plan's own ratio where it states
+    both, else by the noise's kind (Laplace ±2.12σ: a ±1.96σ bar covered 93.75%)."""
+    stat = query.get("statistic") or {}
+    width, sd = stat.get("error95_half_width"), stat.get("stddev")
+    if isinstance(width, (int, float)) and isinstance(sd, (int, float)) and sd > 0:
+        return float(width) / float(sd)
+    return GAUSSIAN_Z95 if "gaussian" in _kinds(query) else LAPLACE_Z95
+
+
+def _kinds(x: Any) -> set[str]:
+    """Every mechanism ``kind`` named anywhere in a manifest entry (a mean names two noises)."""
+    if isinstance(x, Mapping):
+        own = {str(x["kind"])} if "kind" in x else set()
+        return own.union(*(_kinds(v) for v in x.values()))
+    if isinstance(x, (list, tuple)):
+        return set().union(*(_kinds(v) for v in x))
+    return set()
+
+
+def values_chart(
+    name: str, rows: Sequence[Mapping[str, Any]], keys: Sequence[str], z: float = LAPLACE_Z95
+) -> str | None:
+    """Released values with their 95% error bars (±``z`` stddevs), one row per partition."""
     shown = [r for r in rows if isinstance(r.get("value"), (int, float))]
     shown = [r for r in shown if math.isfinite(float(r["value"]))]
     if not shown:
@@ -92,10 +120,10 @@ def values_chart(name: str, rows: Sequence[Mapping[str, Any]], keys: Sequence[st
     fig, ax = plt.subplots(figsize=(7, 0.32 * len(shown) + 1.2))
     labels = [_label(r, keys) for r in shown][::-1]
     values = [float(r["value"]) for r in shown][::-1]
-    errors = [1.96 * float(r.get("stddev") or 0.0) for r in shown][::-1]
+    errors = [z * float(r.get("stddev") or 0.0) for r in shown][::-1]
     ax.errorbar(values, range(len(values)), xerr=errors, fmt="o", color="#b5524a", capsize=3)
     ax.set_yticks(range(len(values)), labels, fontsize=8)
-    ax.set_xlabel("released value (bars: ±1.96 × the noise's stddev)")
+    ax.set_xlabel(f"released value (bars: the noise's 95% interval, ±{z:.3g} stddevs)")
     ax.set_title(name)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)
@@ -157,7 +185,7 @@ def render(manifest: Mapping[str, Any], tables: Mapping[str, tuple[pa.Table, int
         keys = [k for k in q.get("by", []) if k in table.column_names]
         rows = _largest_first(table)
         more = released - len(rows)
-        chart = values_chart(name, rows, keys)
+        chart = values_chart(name, rows, keys, z95(q))
         if chart:
             parts.append(f'<figure class="plot" id="plot-{html.escape(name)}">{chart}</figure>')
         parts.append(_table(rows, table.column_names, keys))

@@ -187,12 +187,12 @@ class QueryPlan:
             )
         elif self.n_public_partitions is not None:
             lines.append(f"partitions: {self.n_public_partitions} public keys")
-        kind = type(p.noise).__name__.removesuffix("Mechanism")
-        if self.releases_selection_count:
-            kind = "the selection's noisy count (discrete Laplace)"
+        kind = f"{type(p.noise).__name__.removesuffix('Mechanism')} {self.statistic_budget}"
+        if self.releases_selection_count:  # its noise is the selection's, at the selection's ε
+            kind = "the selection's noisy count (discrete Laplace at the selection's ε)"
         what = "centred sum (with rows: half each)" if p.metric == "mean" else p.metric
         lines.append(
-            f"{what}: {kind} {self.statistic_budget}, L1 sens {self.sensitivity.l1:g}, "
+            f"{what}: {kind}, L1 sens {self.sensitivity.l1:g}, "
             f"L2 sens {self.sensitivity.l2:g}, stddev {self.stddev:.4g}, "
             f"95% error ±{self.error95:.4g}"
         )

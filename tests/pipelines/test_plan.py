@@ -373,3 +373,17 @@ def test_an_explicit_delta_on_a_pure_query_is_refused() -> None:
     public = {**job()["queries"][0], "partitions": "keys.csv", "epsilon": 0.5, "delta": 1e-7}
     with pytest.raises(ConfigError, match=r"queries\[0\]\.delta.*spends δ \(private partitions"):
         parse_job(job(queries=[public]))
+
+
+def test_a_persons_count_from_the_selection_names_the_selections_budget() -> None:
+    """The persons line printed the query's share (ε = 0.8) beside a stddev that is the
+    selection's discrete Laplace at the selection's ε (accuracy check): it names that now."""
+    raw = job()
+    raw["queries"] = [
+        {"name": "people", "metric": "persons", "by": ["domain"], "max_partitions_per_person": 5}
+    ]
+    (people,) = plan_release(parse_job(raw)).queries
+    assert people.releases_selection_count
+    line = next(x for x in people.plan_lines() if x.startswith("persons:"))
+    assert line.startswith("persons: the selection's noisy count (discrete Laplace at the selec")
+    assert "ε=" not in line
