@@ -123,9 +123,14 @@ def load_job(path: str | Path) -> JobConfig:
 
 
 def _exact_float(text: str) -> Fraction | float:
-    # TOML floats: keep the decimal as written; inf/nan stay floats to be rejected with their key.
+    """TOML floats: the decimal exactly as written (``Fraction(repr(float))`` rounded 17-digit
+    decimals to nearest first, so 9.99999999999999999e-7 became 1e-6: above what was written).
+    inf/nan, and decimals beyond the float range (1e400), stay floats to be rejected with their
+    key; one that underflows (1e-400) is the 0 a float holds."""
     x = float(text)
-    return Fraction(repr(x)) if math.isfinite(x) else x
+    if not math.isfinite(x) or x == 0:
+        return x if not math.isfinite(x) else Fraction(0)
+    return Fraction(text.replace("_", ""))
 
 
 def parse_job(

@@ -77,6 +77,11 @@ def test_budget_floats_are_read_as_written(tmp_path: Path) -> None:
     assert cfg.budget.epsilon == Fraction(1, 10)
     assert cfg.budget.delta == Fraction(1, 10**6)
     assert parse_job(job(budget={"epsilon": 0.3, "delta": 1e-6})).budget.epsilon == Fraction(3, 10)
+    # 17+ digits: exactly as written, not rounded to a float first (that went above: review)
+    p.write_text(text.replace("epsilon = 0.1", "epsilon = 9.99999999999999999e-7"))
+    assert load_job(p).budget.epsilon == Fraction(999999999999999999, 10**24)
+    p.write_text(text.replace("epsilon = 0.1", "epsilon = 1_000.5"))
+    assert load_job(p).budget.epsilon == Fraction(2001, 2)
 
 
 def test_hash_changes_with_the_config() -> None:

@@ -670,3 +670,16 @@ def test_an_auto_bound_whose_top_noise_std_overflows_is_refused_at_planning(
     ok = {**query, "bound_range": [8.8e304, 5e307]}  # top 2^1022: std 1.06e308
     [plan] = plan_release(parse_job(job(tmp_path, ok, epsilon=0.8))).queries
     assert isinstance(plan, AutoBoundPlan)
+
+
+def test_the_auto_bounds_noise_never_declares_less_than_its_clamp() -> None:
+    """A clamp above 2^53 was declared as float(c), rounded to nearest: 4 of 9 candidates in
+    [2^60, 2^62] fell below the clamp applied (review). Each is now rounded up."""
+    choice = ClampChoiceParams(
+        epsilon=Fraction(1), min_exponent=60, max_exponent=62, target_clipped=0
+    )
+    noise = AutoBoundQuery("a", Contributions("totals"), choice, "laplace", epsilon=1.0)
+    below = [c for c in choice.candidates if Fraction(float(c)) < c]
+    assert below  # not vacuous: some candidates round down as floats
+    for k, c in enumerate(choice.candidates):
+        assert Fraction(noise.mechanism(k).l1_sensitivity) >= c

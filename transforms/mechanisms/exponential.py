@@ -78,8 +78,11 @@ def _cumulative_bounds(
     for m, q in zip(multiplicities, exponents, strict=True):
         # exp is decreasing and correctly rounded (error ≤ ½ ulp): exponent rounded outward,
         # then one more ulp outward, bounds the true weight rigorously.
-        e_lo = near.next_minus(near.exp(-_to_decimal(q, ceil_ctx)))
-        e_hi = near.next_plus(near.exp(-_to_decimal(q, floor_ctx)))
+        # −q is negated exactly (a Fraction) before it is rounded: a Decimal's unary minus
+        # rounds in the caller's ambient context (28 digits by default, or fewer), which made
+        # the bracket miss e^(−q) by up to 5e−27 relative — and by 5e−5 under prec = 6
+        e_lo = near.next_minus(near.exp(_to_decimal(-q, floor_ctx)))
+        e_hi = near.next_plus(near.exp(_to_decimal(-q, ceil_ctx)))
         if m != 1:
             e_lo = floor_ctx.multiply(e_lo, Decimal(m))
             e_hi = ceil_ctx.multiply(e_hi, Decimal(m))
