@@ -154,6 +154,7 @@ class LaplaceThresholding:
         p = discrete_laplace_tail(self.scale, threshold - 1, prec=prec)
         with localcontext() as ctx:
             ctx.prec = prec
+            ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX  # as the tail's: δ(T) never rounds to 0
             return _selection_delta(p, self.max_partitions_per_person)
 
     def keep_probability(self, count: int) -> float:

@@ -44,6 +44,7 @@ def discrete_laplace_tail(scale: Rational, k: int, *, prec: int = 60) -> Decimal
     rate = 1 / positive(scale, "scale", "the noise scale is L/ε")
     with localcontext() as ctx:
         ctx.prec = prec
+        ctx.Emin, ctx.Emax = MIN_EMIN, MAX_EMAX  # a tail below 10^−999999 stays above 0
         r = to_decimal(rate)
         q1 = 1 + (-r).exp()
         if k >= 1:
