@@ -55,10 +55,6 @@ def glob_root(pattern: str) -> str:
 
 def paths_overlap(a: str, b: str) -> bool:
     """Is one of the two locations inside the other (or are they the same)?"""
-    return _overlap(a, b)
-
-
-def _overlap(a: str, b: str) -> bool:
     ca, cb = _canonical(a), _canonical(b)
     return ca.startswith(cb) or cb.startswith(ca)
 
@@ -74,7 +70,7 @@ def check_private_paths(output: str, private: Mapping[str, str | None], source: 
         if key == "input.path":  # input files inside the release; the release inside an input
             inside = _canonical(glob_root(path)).startswith(_canonical(output))  # dir is fine
         else:
-            inside = _overlap(path, output)
+            inside = paths_overlap(path, output)
         if inside:
             raise ConfigError(
                 key,

@@ -307,7 +307,7 @@ def _refuse_stray_arguments(name: str, beam_args: Sequence[str]) -> None:
     for arg in beam_args:
         if arg.startswith("--") and len(arg) > 2:
             flag = arg[2:].split("=", 1)[0]
-            dest = FLAG_DESTS.get(flag, flag.replace("-", "_"))
+            dest = _flag_dest(flag)
             others = [n for n, table in OPTIONS.items() if dest in table]
             if others and name not in others:
                 raise RunnerError(
@@ -330,12 +330,17 @@ def _refuse_stray_arguments(name: str, beam_args: Sequence[str]) -> None:
             )  # fmt: skip
 
 
+def _flag_dest(flag: str) -> str:
+    """The option a flag sets (``--worker_disk_type`` sets ``disk_type``; dashes are ``_``)."""
+    return FLAG_DESTS.get(flag, flag.replace("-", "_"))
+
+
 def _cli_option_names(beam_args: Sequence[str]) -> set[str]:
     names = set()
     for arg in beam_args:
         if arg.startswith("--") and len(arg) > 2:
             flag = arg[2:].split("=", 1)[0]
-            names.add(FLAG_DESTS.get(flag, flag.replace("-", "_")))
+            names.add(_flag_dest(flag))
     return names
 
 

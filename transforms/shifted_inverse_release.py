@@ -44,7 +44,6 @@ import numpy as np
 from apache_beam.pvalue import PCollection
 
 from .keys import KeySource, NoiseKey
-from .mechanisms.accounting import float_up
 from .mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from .mechanisms.auto_bound import ClampChoiceParams
 from .mechanisms.shifted_inverse import (
@@ -197,9 +196,8 @@ class AutoBoundQuery:
         return float(self.choice.candidates[index])
 
     def mechanism(self, index: int) -> LaplaceMechanism | GaussianMechanism:
-        """The noise for candidate ``index``: sensitivity its clamp, rounded up to a float (a
-        clamp above 2^53 rounded to nearest could be declared below the one applied)."""
-        bound = float_up(Fraction(self.choice.candidates[index]))
+        """The noise for candidate ``index``: sensitivity its clamp (``choice.sensitivity``)."""
+        bound = self.choice.sensitivity(index)
         if self.epsilon is not None:
             return LaplaceMechanism(bound, self.epsilon)
         assert self.rho is not None

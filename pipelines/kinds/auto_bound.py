@@ -25,7 +25,6 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from userdp.transforms.mechanisms.accounting import float_up
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
 
@@ -156,7 +155,7 @@ class AutoBoundKind:
             eps_choice, eps, rho = auto_bound_parts(ctx.share, L, o["auto_share"], query.noise)
             quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
             choice = clamp_choice(eps_choice, (e_min, e_max), quantum)
-            _check_top_noise(float_up(Fraction(choice.candidates[-1])), eps, rho)
+            _check_top_noise(choice.sensitivity(len(choice.candidates) - 1), eps, rho)
         except ValueError as e:
             raise config_error(ctx, e) from e
         return AutoBoundPlan(

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .accounting import PureDP
+from .accounting import PureDP, float_up
 from .checks import Rational, as_fraction, positive
 from .exponential import sample_exp_weights
 from .rng import KeyedRng
@@ -215,6 +215,11 @@ class ClampChoiceParams:
     def choose(self, histogram: Sequence[int], rng: KeyedRng) -> int:
         """The chosen candidate's index k (the clamp is ``candidates[k]``); pure ε-DP."""
         return sample_exp_weights(rng, self.exponents(histogram))
+
+    def sensitivity(self, k: int) -> float:
+        """The noise's sensitivity for clamp k: the clamp rounded up to a float (to nearest, a
+        clamp above 2^53 could be declared below the one applied)."""
+        return float_up(Fraction(self.candidates[k]))
 
     def mode(self, histogram: Sequence[int]) -> int:
         """The most likely index (ties: the smallest): the choice with noise switched off."""
