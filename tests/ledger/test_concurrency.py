@@ -10,7 +10,6 @@ account it hit is full at the end too), and re-runs got the charged release's se
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections import defaultdict
 from fractions import Fraction
 
@@ -48,9 +47,7 @@ def test_racing_reservations_never_overspend(location: str) -> None:
     with open_ledger(location) as ledger:
         ledger.set_cap(SCOPE, SCOPE_CAP)
         ledger.set_cap(SCOPE, WEEK_CAP, period=EACH_PERIOD)
-    started = time.monotonic()
-    outcomes = run_race(location)
-    elapsed = time.monotonic() - started
+    outcomes = run_race(location)  # a stalled race fails on the queue's timeout, not a clock
     assert sum(len(v) for v in outcomes.values()) == WORKERS * ATTEMPTS
     assert len(outcomes) == POOL
 
@@ -87,4 +84,3 @@ def test_racing_reservations_never_overspend(location: str) -> None:
         _, eps, periods = release_plan(int(rid[1:]))
         room = [accounts[a].spent.main + eps <= cap_of(accounts[a]).main for a in (None, *periods)]
         assert not all(room), f"{rid} was refused but every account it reads has room"
-    assert elapsed < 60, f"the race took {elapsed:.1f} s"
