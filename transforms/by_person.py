@@ -30,6 +30,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from .aggregate import ShardByPerson, check_num_shards
 from .columns import is_reserved_column
+from .release import ReleaseError
 from .validate import ValidateRows
 
 if TYPE_CHECKING:
@@ -72,6 +73,31 @@ def people_of(pcoll: object, transform: str) -> People:
             "validated and grouped by person can be bounded per person"
         )
     return people
+
+
+def _check_one_batch(rows: PCollection[Any]) -> None:
+    """A release is one batch: refuse windowed, triggered or unbounded input when building.
+
+    Each window (or each pane of a trigger) would be bounded and released on its own — a person
+    bounded to L·C per window, not overall — and noise is keyed by query and partition only, so
+    every window would draw the *same* noise: two windows' difference is the exact difference of
+    their true values. Re-window into ``beam.WindowInto(GlobalWindows())`` (default trigger)
+    first; a stream has no final result to release once.
+    """
+    if rows.is_bounded is False:
+        raise ReleaseError(
+            "ByPerson: the input is unbounded (a stream); a release is computed once, over a "
+            "bounded batch: read the period's data as a batch"
+        )
+    windowing = rows.windowing
+    if not windowing.is_default():
+        how = f"{type(windowing.windowfn).__name__}, trigger {windowing.triggerfn}"
+        raise ReleaseError(
+            f"ByPerson: the input is windowed or triggered ({how}); a release bounds "
+            "each person and draws its noise once over the whole batch, and per-window releases "
+            "would repeat the same noise in every window: apply "
+            "beam.WindowInto(GlobalWindows()) with the default trigger first"
+        )
 
 
 def _as_record(element: Any) -> Any:
@@ -240,6 +266,7 @@ class ByPerson(beam.PTransform[Any, Any]):
         return {**self.__dict__, "_release": None}
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
+        _check_one_batch(rows)
         self._release._bind(rows.pipeline)
         s = self._schema
         tables = rows if self._raw else rows | "ToTables" >> beam.ParDo(_ToRawTables(s))

@@ -6,6 +6,8 @@
   under a Budget whose delta was 10^-6. A job file was already refused
   (``pipelines/plan.py``: ``_split_selection_delta``).
 * Integers a worker cannot hold (a C or a shard count of 2^63) are refused, not met on a worker.
+* Windowed, triggered or unbounded input is refused: each window was bounded and released on its
+  own with the same noise, so two windows' difference was one person's contribution.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing import test_stream as beam_stream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import trigger, window
 
 import userdp.transforms as dp
 from userdp.pipelines.config_fields import ConfigError
@@ -118,3 +124,50 @@ def test_integers_too_large_for_the_workers_are_refused_while_building(
             _ = people | "visits" >> transform
         else:
             _ = rows | transform
+
+
+def _windowed(p: Any, how: str) -> Any:
+    rows = p | beam.Create(ROWS) | beam.Map(lambda r: window.TimestampedValue(r, 0))
+    if how == "fixed windows":
+        return rows | beam.WindowInto(window.FixedWindows(60))
+    if how == "sessions":
+        return rows | beam.WindowInto(window.Sessions(60))
+    # the global window, but fired per element: one release per pane
+    return rows | beam.WindowInto(
+        window.GlobalWindows(),
+        trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+        accumulation_mode=trigger.AccumulationMode.DISCARDING,
+    )
+
+
+@pytest.mark.parametrize("how", ["fixed windows", "sessions", "global window, early trigger"])
+def test_windowed_input_is_refused(how: str) -> None:
+    """Each window would be bounded and released on its own with the same noise key, so two
+    windows' difference was one person's exact contribution (library audit)."""
+    with (
+        pytest.raises(dp.ReleaseError, match=r"ByPerson: the input is windowed or triggered"),
+        beam.Pipeline() as p,
+    ):
+        _ = _windowed(p, how) | _release().ByPerson("person", keys={"domain": "string"}, values=[])
+
+
+def test_input_rewindowed_into_the_global_window_is_one_release() -> None:
+    release = _release()
+    with beam.Pipeline() as p:
+        rows = _windowed(p, "fixed windows") | "Global" >> beam.WindowInto(window.GlobalWindows())
+        people = rows | release.ByPerson("person", keys={"domain": "string"}, values=[])
+        out = people | "visits" >> dp.Count(
+            by=["domain"],
+            max_partitions_per_person=1,
+            max_rows_per_partition=1,
+            public_partitions=["a.example"],
+            rho=0.5,
+        )
+        assert_that(out | beam.Map(lambda r: (r.domain, r.value)), equal_to([("a.example", 1.0)]))
+
+
+def test_unbounded_input_is_refused() -> None:
+    p = beam.Pipeline(options=PipelineOptions(streaming=True))
+    stream = p | beam_stream.TestStream().add_elements(ROWS)
+    with pytest.raises(dp.ReleaseError, match=r"ByPerson: the input is unbounded \(a stream\)"):
+        _ = stream | _release().ByPerson("person", keys={"domain": "string"}, values=[])
