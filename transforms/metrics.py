@@ -167,6 +167,7 @@ class _Metric(beam.PTransform[Any, Any]):
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
         from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
+        from userdp.pipelines.kinds.shifted_inverse import NO_PRIVATE_SELECTION  # noqa: PLC0415
 
         what = type(self).__name__
         people = people_of(rows, what)
@@ -180,12 +181,20 @@ class _Metric(beam.PTransform[Any, Any]):
         try:
             q = parse_query_table(raw, people.release.budget.config, key=label)
         except ConfigError as e:
-            if self._public is not None and e.key == f"{label}.partitions":
+            if e.key != f"{label}.partitions":
+                raise
+            if self._public is not None:
                 raise ValueError(
                     f"{label}: public_partitions is for the metrics that release a value per "
                     f"partition (Count, Persons, Sum, Mean); {what} takes none"
                 ) from None
-            raise
+            if (e.allowed, e.hint) != NO_PRIVATE_SELECTION:
+                raise
+            # The job file's wording names a file of keys; the library takes them as a list.
+            raise ValueError(
+                f"{label}: by={self._params.get('by')!r} needs public_partitions=[...] "
+                f"(the keys to release): {what} has no private partition selection"
+            ) from None
         if self._public is not None:
             check_key_arity(self._public, q.by, label)
             check_key_types(self._public, q.by, people, label)

@@ -30,6 +30,7 @@ from .keys import NoiseKey
 from .mechanisms.partition_selection import Decision
 from .noisy_combine import canonical_key_string
 from .params import BoundingParams, SelectionRule
+from .release import ReleaseError
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
@@ -90,6 +91,28 @@ class PlannedSelection(beam.PTransform[Any, Any]):
         return kept
 
 
+def _check_one_key_set(queries: list[Any], total: Any, labels: Mapping[str, str]) -> None:
+    """An Aggregate of several metrics promises one key set: refuse a member the shared
+    selection cannot take (the job file's grouping rule) rather than let it select its own."""
+    from userdp.pipelines.kinds.shared_selection import selection_family  # noqa: PLC0415
+
+    if len(queries) < 2:
+        return
+    for q in queries:
+        if selection_family(q, total) is not None:
+            continue
+        why = (
+            "its bound = 'auto' chooses its clamp inside its own release"
+            if "kind" in q.options
+            else "Gaussian noise under an (ε, δ) budget is converted per query"
+        )
+        raise ReleaseError(
+            f"{labels[q.name]} cannot share the Aggregate's one partition selection: {why}, so "
+            "it would select its own keys. Give it Laplace noise (or a ρ budget) and a numeric "
+            "bound, or apply it as a metric of its own outside the Aggregate"
+        )
+
+
 class Aggregate(beam.PTransform[Any, Any]):
     """Several bounded aggregates over the same partitions, with one private partition selection.
 
@@ -100,6 +123,7 @@ class Aggregate(beam.PTransform[Any, Any]):
     and L (``pipelines/kinds/shared_selection.py``: each member gives 1/(k + 1) of its share and
     all its δ to it; a Laplace ``persons`` member gives all and releases its noisy count). The
     output is a dict name → PCollection of ``beam.Row``, each with exactly the selection's keys.
+    A member the selection cannot take (Gaussian noise under an (ε, δ) total) is refused.
 
     Guarantee: the members' shares by basic composition, add/remove one person.
     """
@@ -165,6 +189,7 @@ class Aggregate(beam.PTransform[Any, Any]):
             shares[name], deltas[name] = explicit_share_of(q, release, label)
             queries.append(q)
             labels[name] = label
+        _check_one_key_set(queries, release.budget.guarantee(), labels)
         groups = group_selections(queries, shares, release.budget.guarantee(), deltas)
         # Every member planned and checked before any is applied: all of them are booked, or
         # none (a refused third member must not leave the first two and the selection booked).

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
-from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
+from userdp.transforms.mechanisms.quantile_sensitivity import SpanError, as_quantile
 from userdp.transforms.mechanisms.smooth_sensitivity import DEFAULT_GAMMA, SmoothQuantile
 from userdp.transforms.mechanisms.stability import StableTopPartition
 
@@ -98,6 +98,15 @@ def _needs_delta(s: QuerySection, metric: str) -> tuple[str, object, str, str]:
 
 
 def config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
+    if isinstance(err, SpanError):  # the bounds' fault, not the share's
+        return ConfigError(
+            f"{ctx.key}.bounds",
+            err.bounds,
+            "[lower, upper] with upper − lower a finite float",
+            "this method scales its noise by the span; narrow the bounds (the default "
+            "exponential method of median and quantile accepts them)",
+            ctx.source,
+        )
     return ConfigError(
         ctx.key,
         str(ctx.share),

@@ -100,7 +100,7 @@ def selection_name(by: Sequence[str], max_partitions_per_person: int) -> str:
     return f"selection[{','.join(by)};L={max_partitions_per_person}]"
 
 
-def _family(q: QueryConfig, total: Budget) -> str | None:
+def selection_family(q: QueryConfig, total: Budget) -> str | None:
     """The grouping family of ``q`` under ``total``; None if it is never grouped."""
     if q.metric not in AGGREGATES or "kind" in q.options or not q.private_partitions:
         return None
@@ -122,7 +122,7 @@ def group_selections(
     """Member name → its group's selection, for every group of two or more (module docstring)."""
     groups: dict[tuple[Any, ...], list[QueryConfig]] = {}
     for q in queries:
-        family = _family(q, total)
+        family = selection_family(q, total)
         if family is not None:
             groups.setdefault((family, q.by, q.max_partitions_per_person), []).append(q)
     out: dict[str, SelectionPlan] = {}

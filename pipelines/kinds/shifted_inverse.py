@@ -49,7 +49,7 @@ DEFAULT_GROWTH = Fraction(101, 100)
 _SHARES = ("epsilon", "delta", "rho")
 _PARTITION_KEYS = ("by", "partitions", "max_partitions_per_person")
 _GRID_KEYS = ("upper", "resolution", "beta", "grid", "growth", "search", "noise")
-_PRIVATE = (
+NO_PRIVATE_SELECTION = (  # (allowed, hint) of the error; the library rewords it
     "a CSV/JSON file of public partition keys",
     "private partition selection is not available for these metrics; list the keys in a file",
 )
@@ -60,7 +60,7 @@ def parse_partitioning(s: QuerySection) -> tuple[tuple[str, ...], str | None, in
     by = tuple(parse_by(s.v, s.raw, s.prefix))
     partitions = parse_partitions(s.v, s.raw, s.prefix, list(by))
     if partitions == "private":
-        s.fail("partitions", s.get("partitions"), *_PRIVATE)
+        s.fail("partitions", s.get("partitions"), *NO_PRIVATE_SELECTION)
     L = s.integer("max_partitions_per_person", required=bool(by), default=1)
     if not by and s.has("max_partitions_per_person"):
         s.fail("max_partitions_per_person", L, "no L without `by`", "one partition: remove it")

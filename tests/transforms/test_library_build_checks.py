@@ -171,3 +171,57 @@ def test_unbounded_input_is_refused() -> None:
     stream = p | beam_stream.TestStream().add_elements(ROWS)
     with pytest.raises(dp.ReleaseError, match=r"ByPerson: the input is unbounded \(a stream\)"):
         _ = stream | _release().ByPerson("person", keys={"domain": "string"}, values=[])
+
+
+def test_aggregate_refuses_a_member_that_cannot_share_its_selection() -> None:
+    """Gaussian noise under (ε, δ) is converted per query and never grouped: the member ran a
+    selection of its own, so an Aggregate released two key sets where it promises one."""
+    release = dp.Release._for_launcher(dp.Budget(epsilon=2, delta=1e-5), KEY, noise=False)
+    count = {"max_rows_per_partition": 1, "epsilon": 1, "delta": 5e-6}
+    with (
+        pytest.raises(
+            dp.ReleaseError,
+            match=r"Aggregate\['visits_g'\] cannot share the Aggregate's one partition "
+            r"selection: Gaussian noise under an \(ε, δ\) budget",
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = _people(p, release) | dp.Aggregate(
+            by=["domain"],
+            max_partitions_per_person=1,
+            metrics={"visits": dp.Count(**count), "visits_g": dp.Count(**count, noise="gaussian")},
+        )
+
+
+def test_a_metric_without_private_selection_asks_for_public_partitions() -> None:
+    with (
+        pytest.raises(
+            ValueError,
+            match=r"Total\('t'\): by=\['domain'\] needs public_partitions=\[\.\.\.\] \(the keys "
+            r"to release\): Total has no private partition selection",
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = _people(p, _release()) | "t" >> dp.Total(
+            value="duration_s", by=["domain"], max_partitions_per_person=1, upper=100, rho=0.1
+        )
+
+
+@pytest.mark.parametrize("method", ["smooth_median", "ptr_mean"])
+def test_bounds_whose_span_overflows_are_named_as_the_bounds(method: str) -> None:
+    """The message blamed the budget share ("expected a share the mechanism accepts")."""
+    huge = {**MEAN, "bounds": [-1e308, 1e308]}
+    transform = (
+        dp.Median(**huge, rho=0.1, delta=1e-7, method="smooth_sensitivity", noise="laplace")
+        if method == "smooth_median"
+        else dp.PtrMean(**huge, rho=0.1, delta=1e-7)
+    )
+    with (
+        pytest.raises(
+            ConfigError,
+            match=r"\.bounds = \[-1e\+308, 1e\+308\]: expected \[lower, upper\] with upper − "
+            r"lower a finite float",
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = _people(p, _release()) | method >> transform

@@ -136,3 +136,25 @@ def test_an_exact_sum_past_the_float_range_saturates_as_a_noisy_one_does() -> No
     """float() of the exact sum raised OverflowError in the noise-off path (a library audit);
     a noisy release saturates at ±max float, and so does the test hook now."""
     assert exact_per_domain(dp.Sum, [1e308] * 3, [0, 1e308]) == [sys.float_info.max]
+
+
+def test_shifted_inverse_values_are_at_most_the_grid_top() -> None:
+    """Every shifted-inverse release is at most D (the grid's top); the noise-off hook gave the
+    uncapped 3000 for a Total with upper 1000, a value production never outputs (audit)."""
+    release = exact_release(dp.Budget(epsilon=1))
+    rows = [{"pid": f"p{i}", "v": 600.0, "u": f"u{i}"} for i in range(5)]
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"u": "string"}, values=["v"])
+        return {
+            name: people | name >> metric | f"{name}/value" >> beam.Map(lambda r: r.value)
+            for name, metric in {
+                "total": dp.Total(value="v", upper=1000, epsilon=0.25),
+                "under": dp.Total(value="v", upper=4000, epsilon=0.25),
+                "distinct": dp.Distinct(value="u", upper=3, epsilon=0.25),
+                "max": dp.Max(value="v", upper=500, epsilon=0.25),
+            }.items()
+        }
+
+    out = run_and_collect(build)
+    assert out == {"total": [1000.0], "under": [3000.0], "distinct": [3.0], "max": [500.0]}

@@ -91,6 +91,16 @@ def quantile_rank(n: int, q: Fraction) -> int:
     return -((-q.numerator * n) // q.denominator)
 
 
+class SpanError(ValueError):
+    """Public bounds whose span upper − lower is not a finite float (or lower ≥ upper)."""
+
+    def __init__(self, lower: object, upper: object) -> None:
+        self.bounds = [lower, upper]
+        super().__init__(
+            f"need lower < upper with a finite span, got lower={lower!r}, upper={upper!r}"
+        )
+
+
 def check_bounds(lower: object, upper: object) -> tuple[float, float]:
     """Finite public bounds with lower < upper and a finite span, as floats."""
     out = []
@@ -103,9 +113,7 @@ def check_bounds(lower: object, upper: object) -> tuple[float, float]:
         out.append(f)
     lo, hi = out
     if not lo < hi or not math.isfinite(hi - lo):
-        raise ValueError(
-            f"need lower < upper with a finite span, got lower={lower!r}, upper={upper!r}"
-        )
+        raise SpanError(lower, upper)
     return lo, hi
 
 
