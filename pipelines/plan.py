@@ -65,10 +65,13 @@ class ReleasePlan:
             "total": self.total.to_manifest(),
             "spent": self.spent.to_manifest(),
             **extra,
-            "selection_rule": "Laplace noise: selection gets ε/2 and all of δ, with the rule that "
-            "keeps the most (persons: Laplace thresholding with all of ε, its noisy count "
-            "released); Gaussian: thresholding gets ρ/2 and the selection δ. Queries with the "
-            "same by and L share one selection (selections): each gives 1/(k+1) of its share",
+            # the rule of pipelines/kinds/aggregate_plan.py (_own_split) and shared_selection.py
+            "selection_rule": "a query with private partitions gives its selection 1/(k+1) of "
+            "its share, k its noise draws per partition (1; a mean 2). Laplace noise: the rule "
+            "that keeps the most at (ε/(k+1), all of δ) (persons: Laplace thresholding with all "
+            "of ε, its noisy count released); Gaussian: thresholding at ρ/(k+1) and the "
+            "selection δ (δ/2 under an (ε, δ) total). Queries with the same by and L share one "
+            "selection (selections): each gives it 1/(k+1) of its share",
             "queries": [q.to_manifest() for q in self.queries],
             "selections": [s.to_manifest() for s in self.selections],
             **({"privacy_unit": privacy_unit(*self.person)} if self.person else {}),

@@ -91,7 +91,9 @@ GAUSSIAN_Z95 = 1.959963984540054
 def z95(query: Mapping[str, Any]) -> float:
     """The query's 95% half-width in stddevs of its noise: the plan's own ratio where it states
     both, else by the noise's kind (Laplace ±2.12σ: a ±1.96σ bar covered 93.75%)."""
-    stat = query.get("statistic") or {}
+    stat = query.get("statistic")
+    if not isinstance(stat, Mapping):  # the shifted inverse names its statistic ("total")
+        stat = {}
     width, sd = stat.get("error95_half_width"), stat.get("stddev")
     if isinstance(width, (int, float)) and isinstance(sd, (int, float)) and sd > 0:
         return float(width) / float(sd)

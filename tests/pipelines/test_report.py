@@ -20,16 +20,19 @@ import subprocess
 from fractions import Fraction
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from userdp.pipelines.cli import main
-from userdp.pipelines.config import parse_job
+from userdp.pipelines.config import load_job, parse_job
 from userdp.pipelines.generate import generate
 from userdp.pipelines.job import run_release
+from userdp.pipelines.plan import plan_release
 from userdp.pipelines.verify import verify_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 KEY = ReleaseKey(bytes(range(32)))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -229,3 +232,20 @@ def test_an_error_bar_is_the_noises_95_percent_interval() -> None:
     assert z95(mean) == LAPLACE_Z95
     gaussian_mean = {"statistic": {"sum": {"kind": "gaussian"}, "rows": {"kind": "gaussian"}}}
     assert z95(gaussian_mean) == GAUSSIAN_Z95 == pytest.approx(1.96, abs=1e-3)
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.toml")))
+def test_every_example_jobs_report_is_drawn(example: str) -> None:
+    """A release with a shifted-inverse query had no report.html: its manifest names the
+    statistic as a string, the error bars' lookup raised, and the run went on without the page
+    (a docs audit). Every query of every example job must be drawn."""
+    from userdp.pipelines.report import render  # noqa: PLC0415
+
+    manifest = plan_release(load_job(EXAMPLES / example)).to_manifest()
+    tables = {}
+    for q in manifest["queries"]:
+        columns = {k: ["a.example"] for k in q.get("by", [])}
+        tables[q["name"]] = (pa.table({**columns, "value": [3.0], "stddev": [1.0]}), 1)
+    page = render(manifest, tables)
+    for q in manifest["queries"]:
+        assert f'id="plot-{q["name"]}"' in page
