@@ -167,7 +167,7 @@ class _Metric(beam.PTransform[Any, Any]):
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
         from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
-        from userdp.pipelines.kinds.shifted_inverse import NO_PRIVATE_SELECTION  # noqa: PLC0415
+        from userdp.pipelines.kinds.shifted_inverse import no_private_selection  # noqa: PLC0415
 
         what = type(self).__name__
         people = people_of(rows, what)
@@ -188,7 +188,7 @@ class _Metric(beam.PTransform[Any, Any]):
                     f"{label}: public_partitions is for the metrics that release a value per "
                     f"partition (Count, Persons, Sum, Mean); {what} takes none"
                 ) from None
-            if (e.allowed, e.hint) != NO_PRIVATE_SELECTION:
+            if not no_private_selection(e, label):
                 raise
             # The job file's wording names a file of keys; the library takes them as a list.
             raise ValueError(

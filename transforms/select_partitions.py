@@ -98,19 +98,16 @@ def _check_one_key_set(queries: list[Any], total: Any, labels: Mapping[str, str]
 
     if len(queries) < 2:
         return
+    # Members parsed here have private partitions and no bound = "auto" (refused with private
+    # partitions): the one family they can fall out of is Gaussian noise under (ε, δ).
     for q in queries:
-        if selection_family(q, total) is not None:
-            continue
-        why = (
-            "its bound = 'auto' chooses its clamp inside its own release"
-            if "kind" in q.options
-            else "Gaussian noise under an (ε, δ) budget is converted per query"
-        )
-        raise ReleaseError(
-            f"{labels[q.name]} cannot share the Aggregate's one partition selection: {why}, so "
-            "it would select its own keys. Give it Laplace noise (or a ρ budget) and a numeric "
-            "bound, or apply it as a metric of its own outside the Aggregate"
-        )
+        if selection_family(q, total) is None:
+            raise ReleaseError(
+                f"{labels[q.name]} cannot share the Aggregate's one partition selection: "
+                "Gaussian noise under an (ε, δ) budget is converted per query, so it would "
+                "select its own keys. Give it Laplace noise (or the release a ρ budget), or "
+                "apply it as a metric of its own outside the Aggregate"
+            )
 
 
 class Aggregate(beam.PTransform[Any, Any]):
@@ -167,7 +164,9 @@ class Aggregate(beam.PTransform[Any, Any]):
 
     def expand(self, rows: PCollection[Any]) -> dict[str, PCollection[Any]]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
+        from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
         from userdp.pipelines.kinds.shared_selection import group_selections  # noqa: PLC0415
+        from userdp.pipelines.kinds.shifted_inverse import no_private_selection  # noqa: PLC0415
 
         from .metrics import (  # noqa: PLC0415
             PlannedQuery,
@@ -185,7 +184,15 @@ class Aggregate(beam.PTransform[Any, Any]):
             m._bind_release(release)
             raw = {"name": name, "metric": m.metric, "by": self._by,
                    "max_partitions_per_person": self._L, **m._params}  # fmt: skip
-            q = parse_query_table(raw, release.budget.config, key=label)
+            try:
+                q = parse_query_table(raw, release.budget.config, key=label)
+            except ConfigError as e:
+                if not no_private_selection(e, label):
+                    raise
+                raise ValueError(  # the job file's wording names a file of keys
+                    f"{label} has no private partition selection (bound = 'auto'), so it cannot "
+                    "share the Aggregate's: apply it on its own with public_partitions=[...]"
+                ) from None
             shares[name], deltas[name] = explicit_share_of(q, release, label)
             queries.append(q)
             labels[name] = label

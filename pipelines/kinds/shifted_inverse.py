@@ -49,10 +49,16 @@ DEFAULT_GROWTH = Fraction(101, 100)
 _SHARES = ("epsilon", "delta", "rho")
 _PARTITION_KEYS = ("by", "partitions", "max_partitions_per_person")
 _GRID_KEYS = ("upper", "resolution", "beta", "grid", "growth", "search", "noise")
-NO_PRIVATE_SELECTION = (  # (allowed, hint) of the error; the library rewords it
+NO_PRIVATE_SELECTION = (  # (allowed, hint) of the error: see no_private_selection
     "a CSV/JSON file of public partition keys",
     "private partition selection is not available for these metrics; list the keys in a file",
 )
+
+
+def no_private_selection(error: ConfigError, key: str) -> bool:
+    """Whether ``error`` is query ``key``'s "no private partition selection" refusal (the
+    library rewords it: it takes keys as ``public_partitions=[...]``, not as a file)."""
+    return (error.key, error.allowed, error.hint) == (f"{key}.partitions", *NO_PRIVATE_SELECTION)
 
 
 def parse_partitioning(s: QuerySection) -> tuple[tuple[str, ...], str | None, int]:

@@ -225,3 +225,22 @@ def test_bounds_whose_span_overflows_are_named_as_the_bounds(method: str) -> Non
         beam.Pipeline() as p,
     ):
         _ = _people(p, _release()) | method >> transform
+
+
+def test_aggregate_names_an_auto_bound_member_as_unable_to_share() -> None:
+    with (
+        pytest.raises(
+            ValueError,
+            match=r"Aggregate\['auto'\] has no private partition selection \(bound = 'auto'\), "
+            r"so it cannot share the Aggregate's: apply it on its own with public_partitions",
+        ),
+        beam.Pipeline() as p,
+    ):
+        _ = _people(p, _release()) | dp.Aggregate(
+            by=["domain"],
+            max_partitions_per_person=1,
+            metrics={
+                "visits": dp.Count(max_rows_per_partition=1, rho=0.1, delta=1e-7),
+                "auto": dp.Count(bound="auto", rho=0.1, delta=1e-7),
+            },
+        )
