@@ -23,8 +23,11 @@ change how its neighbours are parsed. Here every record is one physical line (``
 
 Speed. Lines are parsed in groups (a chunk of up to ``CHUNK_BYTES``); a group is accepted when
 pyarrow returns exactly one row or one malformed record per line — then no line was joined to
-another, and each line was parsed exactly as it would be alone. Otherwise the group is halved and
-each half tried again (:func:`bisect_groups`), down to single lines for CSV and to small groups
+another, and each line was parsed exactly as it would be alone. (For JSONL that count alone is
+not proof: a line left open could join the next into one row while a line of two objects
+balances the count. So only lines that open *and* close an object reach pyarrow; between a
+line's closing ``}`` and the next line's ``{`` no JSON text continues.) Otherwise the group is
+halved and each half tried again (:func:`bisect_groups`), down to single lines for CSV and to small groups
 parsed line by line in Python for JSONL (pyarrow alone for a line past Python's limits), whose
 parse agrees with pyarrow's on every line pyarrow reads alone — so a line's result is the one it
 has alone, whichever group it fell in (tested against hostile neighbours in
@@ -254,16 +257,26 @@ class JsonLines:
     def parse(self, lines: Sequence[bytes]) -> list[pa.Table]:
         # A leading byte-order mark is dropped from every line, so both parsers see the same text.
         lines = [x.removeprefix(_UTF8_BOM) for x in lines if not is_blank_json(x)]
-        # Only a line that opens an object can be a record; the others (null, arrays, strings,
-        # numbers, garbage) are malformed records without asking pyarrow, which reads a `null`
-        # line as a row of nulls — and crashes the process (SIGSEGV, pyarrow 25) when a group
-        # starts with one.
-        objects = [x for x in lines if x.lstrip(b" \t\r\n").startswith(b"{")]
-        others = [x for x in lines if not x.lstrip(b" \t\r\n").startswith(b"{")]
+        # Only a line that opens and closes an object can be a record; the others (null, arrays,
+        # strings, numbers, garbage, an object left open) are malformed records without asking
+        # pyarrow, which reads a `null` line as a row of nulls — and crashes the process
+        # (SIGSEGV, pyarrow 25) when a group starts with one. Closing matters too: pyarrow reads
+        # an object across a newline, so a line left open and the next line could make one row
+        # and balance a line of two objects in the group's row count. Between a line's final
+        # `}` and the next line's `{` no JSON text continues, so no row spans two lines.
+        objects = [x for x in lines if _is_object_line(x)]
+        others = [x for x in lines if not _is_object_line(x)]
         parts = bisect_groups(objects, self._parse, self._python, leaf_size=JSON_PYTHON_GROUP)
         if others:
             parts.append(self._python_rows([None] * len(others), others))
         return [t for t in parts if t.num_rows]
+
+
+def _is_object_line(line: bytes) -> bool:
+    """Whether the line, without surrounding JSON whitespace, starts with ``{`` and ends with
+    ``}`` (every JSON object line does)."""
+    text = line.strip(b" \t\r\n")
+    return text.startswith(b"{") and text.endswith(b"}")
 
 
 def loads_record(line: bytes, read: Sequence[str]) -> Any:

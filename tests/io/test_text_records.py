@@ -247,3 +247,24 @@ def test_a_csv_holding_only_its_header_has_no_rows(tmp_path: Path, ending: bytes
     schema = inspect_inputs(str(path), "csv", columns, {"person_id": "int"})
     tables = list(_ReadFile(schema).process(str(path)))
     assert sum(t.num_rows for t in tables) == 0
+
+
+def test_lines_that_only_parse_together_are_each_malformed() -> None:
+    """A line that does not close its object, a line that closes one too many, and a line of two
+    objects: pyarrow read the first two as one row across the newline and the third as two, so
+    the group's row count matched its line count and three lines no parser accepts alone became
+    three rows (an audit: a person could shape the group check). Each is a dead letter, alone or
+    among others, in any order."""
+    tricks = [
+        b'{"p": "999", "k": "a", "v": 1, "j": ',
+        b'{"x": 1}}',
+        b'{"p": "998", "k": "b", "v": 2}{"p": "997", "k": "c", "v": 3}',
+    ]
+    ordinary = [json.dumps({"p": str(i), "k": "d", "v": i}).encode() for i in range(200)]
+    for lines in ([*ordinary[:100], *tricks, *ordinary[100:]], [*tricks, *ordinary], tricks):
+        rows = _json_rows(lines)
+        bad = [r for r in rows if r.get("__reject__") is not None]
+        assert len(bad) == 3 and len(rows) == len(lines), bad
+        assert _canon([r for r in rows if r.get("__reject__") is None]) == _canon(
+            _json_rows(ordinary) if len(lines) > 3 else []
+        )
