@@ -27,10 +27,10 @@ another, and each line was parsed exactly as it would be alone. (For JSONL that 
 not proof: a line left open could join the next into one row while a line of two objects
 balances the count. So only lines that open *and* close an object reach pyarrow; between a
 line's closing ``}`` and the next line's ``{`` no JSON text continues.) Otherwise the group is
-halved and each half tried again (:func:`bisect_groups`), down to single lines for CSV and to small groups
-parsed line by line in Python for JSONL (pyarrow alone for a line past Python's limits), whose
-parse agrees with pyarrow's on every line pyarrow reads alone — so a line's result is the one it
-has alone, whichever group it fell in (tested against hostile neighbours in
+halved and each half tried again (:func:`bisect_groups`), down to single lines for CSV and to
+small groups parsed line by line in Python for JSONL (pyarrow alone for a line past Python's
+limits), whose parse agrees with pyarrow's on every line pyarrow reads alone — so a line's result
+is the one it has alone, whichever group it fell in (tested against hostile neighbours in
 ``tests/io/test_text_records.py``). Clean files take one pyarrow call per chunk.
 """
 
