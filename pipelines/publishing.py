@@ -97,7 +97,11 @@ def stage_report(
             f.write(page)
         sha256, size = file_sha256(staging.staged(REPORT))
     except Exception as e:
-        progress.stage(f"{REPORT} not written ({type(e).__name__}); the release goes on")
+        # Its inputs are DP outputs and the plan, so this is a bug of userdp, never the data's.
+        progress.stage(
+            f"{REPORT} not written ({type(e).__name__}: a bug in userdp, please report it with "
+            "the job file); the release goes on without it"
+        )
         return None
     return {"file": REPORT, "bytes": size, "sha256": sha256}
 

@@ -249,3 +249,29 @@ def test_every_example_jobs_report_is_drawn(example: str) -> None:
     page = render(manifest, tables)
     for q in manifest["queries"]:
         assert f'id="plot-{q["name"]}"' in page
+
+
+def test_a_report_that_cannot_be_drawn_is_left_out_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release goes on without report.html (its inputs are DP outputs: the failure is a bug,
+    not the data's), and the run says so, asking for a report of the bug."""
+    import io  # noqa: PLC0415
+
+    from userdp.pipelines import report  # noqa: PLC0415
+    from userdp.pipelines.progress import Progress  # noqa: PLC0415
+    from userdp.pipelines.publish import Staging  # noqa: PLC0415
+    from userdp.pipelines.publishing import stage_report  # noqa: PLC0415
+
+    plan = plan_release(load_job(EXAMPLES / "browsing_job.toml"))
+    staging = Staging.create(str(tmp_path / "release"))
+    drawn = stage_report(plan, staging, {}, "parquet", Progress(None))
+    assert drawn is not None and drawn["file"] == "report.html"
+
+    def broken(*_: object) -> str:
+        raise KeyError("statistic")
+
+    monkeypatch.setattr(report, "render", broken)
+    out = io.StringIO()
+    assert stage_report(plan, staging, {}, "parquet", Progress(out)) is None
+    assert "report.html not written (KeyError: a bug in userdp, please report it" in out.getvalue()
