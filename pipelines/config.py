@@ -128,9 +128,9 @@ def _exact_float(text: str) -> Fraction | float:
     inf/nan, and decimals beyond the float range (1e400), stay floats to be rejected with their
     key; one that underflows (1e-400) is the 0 a float holds."""
     x = float(text)
-    if not math.isfinite(x) or x == 0:
-        return x if not math.isfinite(x) else Fraction(0)
-    return Fraction(text.replace("_", ""))
+    if not math.isfinite(x):
+        return x
+    return Fraction(text.replace("_", "")) if x != 0 else Fraction(0)
 
 
 def parse_job(

@@ -264,8 +264,10 @@ class JsonLines:
         # an object across a newline, so a line left open and the next line could make one row
         # and balance a line of two objects in the group's row count. Between a line's final
         # `}` and the next line's `{` no JSON text continues, so no row spans two lines.
-        objects = [x for x in lines if _is_object_line(x)]
-        others = [x for x in lines if not _is_object_line(x)]
+        objects: list[bytes] = []
+        others: list[bytes] = []
+        for x in lines:  # one look at each line
+            (objects if _is_object_line(x) else others).append(x)
         parts = bisect_groups(objects, self._parse, self._python, leaf_size=JSON_PYTHON_GROUP)
         if others:
             parts.append(self._python_rows([None] * len(others), others))

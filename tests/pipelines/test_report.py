@@ -12,6 +12,7 @@ external image — must fail the same checks.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -256,8 +257,6 @@ def test_a_report_that_cannot_be_drawn_is_left_out_and_said(
 ) -> None:
     """The release goes on without report.html (its inputs are DP outputs: the failure is a bug,
     not the data's), and the run says so, asking for a report of the bug."""
-    import io  # noqa: PLC0415
-
     from userdp.pipelines import report  # noqa: PLC0415
     from userdp.pipelines.progress import Progress  # noqa: PLC0415
     from userdp.pipelines.publish import Staging  # noqa: PLC0415
