@@ -17,6 +17,7 @@ import math
 import struct
 from collections.abc import Callable
 from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import pytest
 
@@ -81,3 +82,105 @@ def test_cells_have_the_ideal_probability_to_2_to_the_minus_27(
                 shifts.append(Decimal(found) - ideal)
             worst = max(worst, abs(float((shifts[1] - shifts[0]) / width)))
     assert worst <= WORST_ALLOWED, f"a cell's probability is off by 2^{math.log2(worst):.1f}"
+
+
+# --- The draws the samplers can make, cell by cell -------------------------------------------
+#
+# The test above bisects over *every* float log|z|. A sampler takes fewer: its fine uniforms are
+# 2^−K·V, V = (2^52 + 2m + 1)/2^53 for a 51-bit m, with probability 2^−(K+1)·2^−51 each. At small
+# ε smooth sensitivity resolves |z| ~ 2^−17 into cells of 2^−38 (heavy_tailed's module
+# docstring), so what matters is how many of *those* draws a cell holds, and whether the cells'
+# exact probabilities under two neighbours stay within e^ε. Until stop 36 the Cauchy body and
+# E near 0 were plain (2m + 1)/2^53 uniforms: a cell held ~2^14 draws, off by ~2^−14, and the
+# loss between x = [0.5] and x' = [0.5, 0.5] at ε = 3.82·10^−5 was 6.1·10^−5 = 1.6·ε.
+
+
+class _Scripted:
+    """Stands in for KeyedRng: the branch and acceptance uniforms accept at once, the sign is
+    +, and ``_fine_uniform`` (monkeypatched) returns the scripted (K, V) draws in turn."""
+
+    def uniform_open01(self) -> float:
+        return 2.0**-53
+
+    def randbits(self, k: int) -> int:
+        return 1
+
+
+def _v(m: int) -> float:
+    return ((1 << 52) | (m << 1) | 1) * (1.0 / (1 << 53))
+
+
+def _cell_weights(
+    release: Callable[[int, int], float], y: float, levels: range
+) -> tuple[float, int]:
+    """(P(release = y) up to a constant common to both neighbours, the fewest draws a K with
+    any draw in the cell puts there — the finest resolution the cell is made of)."""
+    top = (1 << 51) - 1
+    prob, fewest = 0.0, 1 << 62
+    for k in levels:
+        if not release(k, 0) <= y <= release(k, top):
+            continue
+        bounds = []
+        for strict in (False, True):  # first m with release ≥ y, then first with release > y
+            lo, hi = -1, top + 1
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                r = release(k, mid)
+                if r > y or (r == y and not strict):
+                    hi = mid
+                else:
+                    lo = mid
+            bounds.append(hi)
+        n = bounds[1] - bounds[0]
+        if n:
+            prob += math.ldexp(n, -k)
+            fewest = min(fewest, n)
+    return prob, fewest
+
+
+def _releases(noise: object, values: list[float], monkeypatch: pytest.MonkeyPatch,
+              pre: tuple[tuple[int, float], ...]) -> Callable[[int, int], float]:  # fmt: skip
+    from userdp.transforms.mechanisms import heavy_tailed as ht
+    from userdp.transforms.mechanisms.smooth_sensitivity import SmoothQuantile
+
+    mech = SmoothQuantile(Fraction(1, 2), 0.0, 1.0, noise)  # type: ignore[arg-type]
+    script: list[tuple[int, float]] = []
+    monkeypatch.setattr(ht, "_fine_uniform", lambda rng: script.pop(0))
+
+    def release(k: int, m: int) -> float:
+        script[:] = [*pre, (k, _v(m))]
+        out = mech.release(values, _Scripted())  # type: ignore[arg-type]
+        assert not script, "the sampler took fewer fine uniforms than scripted"
+        return out
+
+    return release
+
+
+@pytest.mark.parametrize(
+    "kind, eps, pre",  # ε: near the smallest each takes (β = ε/10, ε/29.6 must be > 3.8e-6)
+    [("cauchy", 3.82e-5, ()), ("laplace", 1.2e-4, ((0, 0.75),))],  # Laplace: E's K = 0, W's
+)
+def test_cells_near_the_value_hold_enough_draws(
+    kind: str, eps: float, pre: tuple[tuple[int, float], ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At about the smallest ε each noise takes, every cell from 1 to 2^18 grid steps above the
+    value holds ≥ 2^30 draws at its finest level, and its exact probability under x = [0.5] and
+    x' = [0.5, 0.5] (S(x) ≠ S(x')) differs by less than e^ε."""
+    from userdp.transforms.mechanisms.smooth_sensitivity import CauchyNoise, LaplaceNoise
+
+    noise = CauchyNoise(eps) if kind == "cauchy" else LaplaceNoise(eps, 1e-6)
+    g = release_grid(1.0)
+    worst_loss, fewest = 0.0, 1 << 62
+    x = _releases(noise, [0.5], monkeypatch, pre)
+    probs_x = {}
+    cells = [0.5 + j * g for j in (*range(1, 9), *(1 << i for i in range(4, 19)))]
+    for y in cells:
+        probs_x[y], n = _cell_weights(x, y, range(64))
+        fewest = min(fewest, n)
+    x2 = _releases(noise, [0.5, 0.5], monkeypatch, pre)
+    for y in cells:
+        p2, n = _cell_weights(x2, y, range(64))
+        fewest = min(fewest, n)
+        worst_loss = max(worst_loss, abs(math.log(probs_x[y] / p2)))
+    assert fewest >= 2**30, f"a cell holds only 2^{math.log2(fewest):.1f} draws"
+    assert worst_loss < eps, f"privacy loss {worst_loss:.3g} on a cell, above ε = {eps:.3g}"

@@ -24,18 +24,26 @@ range without forming astronomically large floats, and snaps to a power-of-two g
 
 Residual floating-point risk — these samplers are **not** exact, unlike :mod:`.discrete`:
 
-* Randomness enters as 52-bit midpoint uniforms (2m+1)/2^53 (``KeyedRng.uniform_open01``) and
-  as exponentials E = K·ln 2 − ln V, K exactly geometric (leading zero bits of the stream),
-  V a 51-bit midpoint uniform on (1/2, 1). So E, and hence the tails, keep ~2^−51 relative
-  resolution down to probability 2^−1000 (a plain −ln U would leave the far tail on a few
-  hundred coarse points).
+* What a release resolves is |z| *relative to itself* (a cell spans ≥ 2^−21 of the noise,
+  below), at every magnitude: smooth sensitivity at small ε reads |z| ~ 2^−17 in cells of
+  2^−38. So every value of z comes from *fine* uniforms 2^−K·V (:func:`fine_open01`), K exactly
+  geometric (leading zero bits of the stream) and V a 51-bit midpoint uniform on (1/2, 1): ~2^−52
+  relative resolution from 1 down to 2^−1000. Exponentials are E = K·ln 2 − ln(1 − W), W a fine
+  uniform on (0, 1/2), so E keeps it near 0 as well as in the tail (a plain −ln U leaves the far
+  tail on a few hundred coarse points). Plain midpoint uniforms (2m+1)/2^53
+  (``KeyedRng.uniform_open01``) only pick branches and accept proposals, where what matters is a
+  probability's absolute error (2^−53). Until stop 36 the Cauchy body's t and E near 0 were
+  plain uniforms, with absolute spacing 2^−52: at ε = 3.8·10^−5 a cell near the value held
+  ~2^14 of them, and the measured privacy loss was 1.6·ε (a review's finding; the test
+  ``test_cells_near_the_value_hold_enough_draws`` counts them).
 * log, exp, pow and ``NormalDist.inv_cdf`` come from the platform's libm and CPython: accurate
   to a few ulp, not correctly rounded. The sampled law is therefore a discrete law on floats
   whose probabilities of intervals wider than its resolution deviate from the ideal density's
   by a relative error of order 2^−50 (order |log|z||·2^−52 when |z| is huge); in the extreme
   tails it differs outright: the 2^−1000 cut leaves no mass beyond |z| = e^(693/(γ−1))
-  (Cauchy-type; ideal mass there < 2^−1000) or |Y| ≈ 37.3 (LLN). Cauchy-type |z| < 2^−53 is
-  not attainable, which the grid (≥ 2^−31 scales) hides.
+  (Cauchy-type; ideal mass there < 2^−1000) or |Y| ≈ 37.3 (LLN), and none below |z| ≈ 2^−1001
+  (no cell is that narrow in z: a cell is ≥ 2^−20 of the span, and smooth sensitivity's noise
+  scale at most 2(γ+1)/ε spans with ε ≥ 2^−16, so a cell is ≥ ~2^−37/(γ+1) wide in z).
 * The float sum value + scale·z leaks low-order bits in general (Mironov, CCS 2012, recovered
   inputs from textbook Laplace noise this way). Snapping the sum to a power-of-two grid
   (2^−20 of the scale, coarser in proportion where |x| is larger) and clamping are
@@ -114,13 +122,28 @@ def _fine_uniform(rng: KeyedRng) -> tuple[int, float]:
         return k, ((1 << 52) | (m << 1) | 1) * (1.0 / (1 << 53))
 
 
-def exponential_noise(rng: KeyedRng) -> float:
-    """E ~ Exp(1) as −ln U = K·ln 2 − ln V, always > 0 (V < 1); ±E is Laplace(1).
-
-    Resolution: U is drawn with ~2^−1074 relative precision near 0 (see ``_fine_uniform``), so
-    the tail of E is not truncated at ~37 as with a 53-bit uniform."""
+def fine_open01(rng: KeyedRng) -> float:
+    """U uniform on (0, 1) as 2^−K·V (``_fine_uniform``): ~2^−52 relative resolution at every
+    magnitude down to 2^−1000, where a plain (2m + 1)/2^53 has absolute spacing 2^−52, so near
+    2^−30 only ~2^22 values per octave."""
     k, v = _fine_uniform(rng)
-    return k * _LN2 - math.log(v)
+    return math.ldexp(v, -k)  # ≥ 2^−1001: a normal float, exact
+
+
+def exponential_noise(rng: KeyedRng) -> float:
+    """E ~ Exp(1) as −ln U = K·ln 2 − ln(1 − W), always > 0; ±E is Laplace(1).
+
+    U = 2^−K·(1 − W) with K geometric (``_fine_uniform``'s leading zeros) and W uniform on
+    (0, 1/2), so 1 − W is uniform on (1/2, 1) as V is. Resolution, at both ends: K reaches 1000,
+    so the tail of E is not truncated at ~37 as with a 53-bit uniform; and near E = 0 (K = 0,
+    E = −ln(1 − W) ≈ W) W is drawn at fine relative resolution (:func:`fine_open01`) and
+    ``log1p`` keeps it, so E has ~2^−52 relative resolution there too. With −ln V instead, E
+    near 0 took values on a lattice of spacing 2^−52: a smooth-sensitivity release at small ε
+    reads the noise's cells near 0 so finely that a cell held only ~2^14 of them, and its
+    probability was off by ~2^−14 (a review's finding; ``test_heavy_tailed_cells.py``)."""
+    k, _ = _fine_uniform(rng)
+    w = 0.5 * fine_open01(rng)  # exact halving: W uniform on (0, 1/2)
+    return k * _LN2 - math.log1p(-w)
 
 
 def _check_gamma(gamma: float) -> float:
@@ -151,7 +174,9 @@ def cauchy_type_noise(rng: KeyedRng, gamma: float) -> LogNoise:
     randbits = rng.randbits
     while True:
         if rng.uniform_open01() < body:
-            t = rng.uniform_open01()
+            # fine, not (2m + 1)/2^53: near t = 0 that lattice has spacing 2^−52, and at small ε
+            # the release resolves |z| ~ 2^−17 into cells of 2^−38 (exponential_noise's note)
+            t = fine_open01(rng)
             log_t = math.log(t)
             s_pow = t**g
         else:
