@@ -21,7 +21,13 @@ from fractions import Fraction
 
 import pytest
 
+from userdp.transforms.mechanisms import heavy_tailed as ht
 from userdp.transforms.mechanisms.heavy_tailed import release_grid, release_heavy_tailed
+from userdp.transforms.mechanisms.smooth_sensitivity import (
+    CauchyNoise,
+    LaplaceNoise,
+    SmoothQuantile,
+)
 
 WORST_ALLOWED = 2.0**-27  # the module docstring's bound (≈ 2^−28), with a factor 2 to spare
 
@@ -140,9 +146,6 @@ def _cell_weights(
 
 def _releases(noise: object, values: list[float], monkeypatch: pytest.MonkeyPatch,
               pre: tuple[tuple[int, float], ...]) -> Callable[[int, int], float]:  # fmt: skip
-    from userdp.transforms.mechanisms import heavy_tailed as ht
-    from userdp.transforms.mechanisms.smooth_sensitivity import SmoothQuantile
-
     mech = SmoothQuantile(Fraction(1, 2), 0.0, 1.0, noise)  # type: ignore[arg-type]
     script: list[tuple[int, float]] = []
     monkeypatch.setattr(ht, "_fine_uniform", lambda rng: script.pop(0))
@@ -166,8 +169,6 @@ def test_cells_near_the_value_hold_enough_draws(
     """At about the smallest ε each noise takes, every cell from 1 to 2^18 grid steps above the
     value holds ≥ 2^30 draws at its finest level, and its exact probability under x = [0.5] and
     x' = [0.5, 0.5] (S(x) ≠ S(x')) differs by less than e^ε."""
-    from userdp.transforms.mechanisms.smooth_sensitivity import CauchyNoise, LaplaceNoise
-
     noise = CauchyNoise(eps) if kind == "cauchy" else LaplaceNoise(eps, 1e-6)
     g = release_grid(1.0)
     worst_loss, fewest = 0.0, 1 << 62
