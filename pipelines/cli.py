@@ -46,6 +46,7 @@ logging.getLogger().addFilter(_BeamImportNotice())
 from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
 from .entry import print_summary  # noqa: E402
 from .interrupts import RunInterrupted, exit_code  # noqa: E402
+from .ledger.model import period_amount  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
@@ -247,9 +248,10 @@ def _print_result(job: Any, result: Any) -> None:
     elif r.rerun:
         print(f"release {r.release_id!r} re-run: nothing charged (same input, job and secret)")
     else:
+        each = period_amount(r.counted, len(r.periods), r.scope)
         print(
             f"charged {r.counted} to {r.scope!r}"
-            + (f" periods {list(r.periods)}" * bool(r.periods))
+            + (f"; {each} to each of periods {list(r.periods)}" * bool(r.periods))
             + f" (release id {r.release_id})"
         )
     if r is not None:

@@ -14,7 +14,7 @@ from .errors import LedgerError, ReleaseConflictError
 from .model import Amount, check_name
 from .reading import Tx, load_release, load_scope
 from .records import AccountStatus, ReleaseRecord
-from .rules import assess, manifest_hash_text
+from .rules import assess, charges, manifest_hash_text
 
 T = TypeVar("T")
 
@@ -167,11 +167,11 @@ class FinishingMixin(ABC):
             assert s is not None  # a release's scope is never deleted
             _, _, accounts = assess(
                 tx, s, record.scope, periods=record.periods, cost=record.cost,
-                for_update=self.for_update, create_periods=False,
+                for_update=self.for_update, create_periods=False, charging=False,
             )  # fmt: skip
             now = self._now()
-            for acc in accounts:
-                self._set_spend(tx, acc, acc.spent.minus_clamped(record.counted), now)
+            for acc, amount in charges(accounts, record.counted):
+                self._set_spend(tx, acc, acc.spent.minus_clamped(amount), now)
             tx.execute("DELETE FROM ledger_release_periods WHERE release_id = ?", (rid,))
             tx.execute("DELETE FROM ledger_releases WHERE release_id = ?", (rid,))
             detail = {"counted": str(record.counted), "periods": list(record.periods)}

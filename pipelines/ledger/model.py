@@ -13,7 +13,11 @@ A release's :class:`Cost` is its plan's spent budget (``PureDP``, ``ApproxDP`` o
 selection δ a ρ total spends beside ρ). :func:`count_against` turns it into an :class:`Amount` of
 the scope's kind, by the conversions of :mod:`transforms.mechanisms.accounting`, and says in words
 which conversion it used; the ledger stores both, and the manifest records them. Everything is an
-exact :class:`~fractions.Fraction`; the only inexact step, zCDP → (ε, δ), rounds ε up.
+exact :class:`~fractions.Fraction`; the only inexact steps, zCDP → (ε, δ) and the e^ε of
+:func:`period_amount`, round up.
+
+A period's cap protects a person's rows *of that period* — a different neighbouring relation,
+under which a release that reads several periods costs more than its plan: :func:`period_amount`.
 """
 
 from __future__ import annotations
@@ -266,3 +270,44 @@ def count_against(
             "(ε, δ)"
         )
     return Amount(kind, main, delta), "none"
+
+
+def period_amount(counted: Amount, n_periods: int, scope: str) -> Amount:
+    """What a release counted as ``counted`` charges each of the ``n_periods`` periods it reads.
+
+    A period's cap protects a person's rows of that period: its neighbours differ by those rows,
+    and the person's rows of other periods stay. A release that reads one period sees that as
+    adding or removing the person, so it costs ``counted``. A release that reads several sees the
+    person's data *changed*: contribution bounding picks each person's partitions and rows
+    across everything it reads, so removing week 3's rows can move the pick to week 2's — one
+    removal and one addition. Group privacy for two (docs/ledger.md, "Periods"):
+
+    * (ε, δ) → (2ε, (1 + e^ε)·δ): P[M(D) ∈ S] ≤ e^ε·(e^ε·P[M(D″) ∈ S] + δ) + δ;
+    * ρ-zCDP → 4ρ (Bun & Steinke 2016, Prop. 1.9: k²ρ for groups of k).
+
+    δ-approximate ρ-zCDP (a ρ budget whose private selection or PTR spends δ) has no group
+    bound we can cite, so such a release cannot charge several periods of a ρ-capped scope.
+    """
+    if n_periods <= 1:
+        return counted
+    if counted.kind == "zcdp":
+        if counted.delta:
+            raise IncompatibleCostError(
+                f"scope {scope!r} is capped in ρ per period, and this release reads "
+                f"{n_periods} periods while spending δ={show(counted.delta)} beside ρ (private "
+                "partition selection, PTR, smooth sensitivity with Laplace noise or "
+                "top_partition): its cost on one period's rows has no zCDP bound. Release each "
+                "period separately, use public partitions, or charge a scope capped in (ε, δ) "
+                "with a conversion δ"
+            )
+        return Amount("zcdp", 4 * counted.main)
+    return Amount("approx", 2 * counted.main, counted.delta * (1 + _exp_up(counted.main)))
+
+
+def _exp_up(x: Fraction) -> Fraction:
+    """An exact rational ≥ e^x (x ≥ 0): 60 significant digits, correctly rounded, then raised by
+    10^−50 relative."""
+    with localcontext() as ctx:
+        ctx.prec, ctx.Emax = 60, 10**9
+        e = (Decimal(x.numerator) / Decimal(x.denominator)).exp()
+    return Fraction(e) * (1 + Fraction(1, 10**50))

@@ -16,8 +16,8 @@ from typing import Any, Protocol, TypeVar
 
 from userdp.transforms.mechanisms.rng import SECRET_BYTES
 
-from .errors import LedgerCorruptError
-from .model import Amount, CapKind, Cost, from_text
+from .errors import IncompatibleCostError, LedgerCorruptError
+from .model import Amount, CapKind, Cost, from_text, period_amount
 from .records import AccountStatus, Event, ReleaseRecord, ScopeStatus
 
 T = TypeVar("T")
@@ -258,8 +258,19 @@ class ReadingMixin(ABC):
                     )
                 if rec.status == "completed" and rec.manifest_hash is None:
                     problems.append(f"release {rec.release_id!r}: completed without manifest")
-                for key in [(s.name, None), *((s.name, p) for p in rec.periods)]:
-                    sums[key] = sums.get(key, Amount.zero(s.kind)) + rec.counted
+                sums[s.name, None] = sums.get((s.name, None), Amount.zero(s.kind)) + rec.counted
+                try:
+                    each = period_amount(rec.counted, len(rec.periods), s.name)
+                except IncompatibleCostError:  # reserved before stop 36 refused such releases
+                    problems.append(
+                        f"release {rec.release_id!r} reads {len(rec.periods)} periods of a "
+                        "ρ-capped scope and spends δ beside ρ: its cost on one period's rows "
+                        "has no bound (docs/ledger.md, 'Periods')"
+                    )
+                    each = rec.counted
+                if rec.periods:
+                    for p in rec.periods:
+                        sums[s.name, p] = sums.get((s.name, p), Amount.zero(s.kind)) + each
             for s in scopes.values():
                 accounts = [AccountStatus(s.name, None, s.kind, s.cap, False, s.spent)]
                 accounts += period_caps(tx, s, None, "").values()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .errors import CapExceededError, ReleaseConflictError, UnknownScopeError
-from .model import EACH_PERIOD, Amount, Cost, check_name, count_against, to_text
+from .model import EACH_PERIOD, Amount, Cost, check_name, count_against, period_amount, to_text
 from .reading import ScopeRow, Tx, period_caps
 from .records import AccountStatus, ReleaseRecord
 
@@ -63,17 +63,33 @@ def assess(
     cost: Cost,
     for_update: str,
     create_periods: bool,
+    charging: bool = True,
 ) -> tuple[Amount, str, list[AccountStatus]]:
     """The counted amount, its conversion, and the accounts (scope first, then each period) as they
-    stand. With ``create_periods``, missing period rows are inserted (spent 0, default cap)."""
+    stand. With ``create_periods``, missing period rows are inserted (spent 0, default cap).
+    ``charging`` False (taking a charge back) skips the refusals of a new charge."""
     if s is None:
         raise UnknownScopeError(
             f"scope {scope!r} has no cap in this ledger: set one with `userdp ledger set-cap "
             f"--scope {scope} --epsilon E [--delta D]` (or --rho R) before charging it"
         )
     counted, conversion = count_against(cost, s.kind, s.zcdp_delta, scope)
+    per_period = period_amount(counted, len(periods), scope)  # refuses what has no period bound
+    if per_period != counted:
+        conversion += (
+            f"; each of its {len(periods)} periods counts {per_period} (a period's rows: group "
+            "privacy for two, docs/ledger.md)"
+        )
     accounts = [AccountStatus(scope, None, s.kind, s.cap, False, s.spent)]
     caps = period_caps(tx, s, periods, for_update)
+    per_period_scope = s.period_default is not None or period_caps(tx, s, None, "")
+    if charging and not periods and per_period_scope:
+        # otherwise a job file could leave its periods out and spend past every period's cap
+        raise UnknownScopeError(
+            f"scope {scope!r} is accounted per period, and the release names none: say which "
+            "periods its input covers with [ledger] period_rule (derived from every input "
+            "path) or periods"
+        )
     for p in periods:
         acc = caps.get(p) or AccountStatus(
             scope, p, s.kind, s.period_default, True, Amount.zero(s.kind)
@@ -94,6 +110,16 @@ def assess(
     return counted, conversion, accounts
 
 
+def charges(
+    accounts: Sequence[AccountStatus], counted: Amount
+) -> list[tuple[AccountStatus, Amount]]:
+    """Each account with what the release charges it: ``counted`` on the scope, and on each
+    period :func:`~.model.period_amount` (more when the release reads several periods)."""
+    n = sum(acc.period is not None for acc in accounts)
+    per_period = period_amount(counted, n, accounts[0].scope) if n else counted
+    return [(acc, counted if acc.period is None else per_period) for acc in accounts]
+
+
 def first_refusal(
     release_id: str,
     accounts: Sequence[AccountStatus],
@@ -101,22 +127,22 @@ def first_refusal(
     cost: Cost,
     conversion: str,
 ) -> CapExceededError | None:
-    """The refusal for the first account that cannot take ``counted``; None when all can."""
-    for acc in accounts:
-        if acc.cap is not None and (acc.spent + counted).fits_in(acc.cap):
+    """The refusal for the first account that cannot take its charge; None when all can."""
+    for acc, amount in charges(accounts, counted):
+        if acc.cap is not None and (acc.spent + amount).fits_in(acc.cap):
             continue
         how = "" if conversion.startswith("none") else f" (cost {cost} counted as: {conversion})"
         remaining = acc.remaining
         return CapExceededError(
             f"release {release_id!r} refused: it would exceed the cap of {acc.name}: cap "
-            f"{acc.cap}, spent {acc.spent}, requested {counted}"
+            f"{acc.cap}, spent {acc.spent}, requested {amount}"
             + (f", remaining {remaining}" if remaining is not None else "")
             + f"{how}. Nothing was charged",
             scope=acc.scope,
             period=acc.period,
             cap=acc.cap,
             spent=acc.spent,
-            requested=counted,
+            requested=amount,
         )
     return None
 
@@ -131,10 +157,12 @@ def refuse_changed_rerun(record: ReleaseRecord, req: ReleaseRequest) -> None:
             ("config hash", record.config_hash, req.config_hash),
             ("scope", record.scope, req.scope),
             ("periods", list(record.periods), list(req.periods)),
-            ("cost", str(record.cost), str(req.cost)),
         )
         if old != new
     ]
+    # costs compare exactly: their text shortens values of more than 40 digits
+    if (record.cost.kind, record.cost.parts()) != (req.cost.kind, req.cost.parts()):
+        changes.append(f"cost: recorded {record.cost}, now {req.cost}")
     if changes:
         raise ReleaseConflictError(
             f"release id {record.release_id!r} is already in the ledger (reserved "

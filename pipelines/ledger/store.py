@@ -46,6 +46,7 @@ from .rules import (
     ReleaseRequest,
     apply_cap,
     assess,
+    charges,
     check_cap_arguments,
     checked_periods,
     first_refusal,
@@ -199,8 +200,8 @@ class LedgerStore(FinishingMixin, ReadingMixin, ABC):
                 to_text(counted.delta), conversion, req.config_hash, keyed, secret, key, now,
             ),
         )  # fmt: skip
-        for acc in accounts:
-            self._add_spend(tx, acc, counted, rid, now)
+        for acc, amount in charges(accounts, counted):
+            self._add_spend(tx, acc, amount, rid, now)
         detail = {"periods": list(req.periods), "cost": str(req.cost), "counted": str(counted)}
         self._event(tx, "reserve", {**detail, "conversion": conversion}, scope=scope,
                     release_id=rid)  # fmt: skip

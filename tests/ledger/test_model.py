@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import pytest
@@ -13,7 +14,7 @@ from userdp.pipelines.ledger import (
     LedgerCorruptError,
     count_against,
 )
-from userdp.pipelines.ledger.model import check_name, from_text, show, to_text
+from userdp.pipelines.ledger.model import check_name, from_text, period_amount, show, to_text
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_to_approx
 
 
@@ -138,3 +139,25 @@ def test_postgres_urls_are_shown_without_their_password() -> None:
     assert _redact("postgresql://op:s3cret@db:5432/l") == "postgresql://op:***@db:5432/l"
     assert _redact("postgresql://op@db/l") == "postgresql://op@db/l"
     assert _redact("postgresql://db/l") == "postgresql://db/l"
+
+
+def test_a_release_reading_several_periods_charges_each_the_group_of_two_rate() -> None:
+    approx = Amount("approx", Fraction(1, 2), Fraction(1, 10**6))
+    assert period_amount(approx, 1, "s") == approx  # one period: the person's rows there
+    two = period_amount(approx, 3, "s")
+    # (2ε, (1 + e^ε)·δ), e^ε rounded up by at most 10^−49 relative
+    with localcontext() as ctx:
+        ctx.prec = 90  # e^0.5 to 90 digits: far below the 10^−50 the ledger rounds up by
+        exact = (1 + Decimal("0.5").exp()) * Decimal(10) ** -6
+    assert two.main == 1 and exact <= Decimal(two.delta.numerator) / two.delta.denominator
+    assert two.delta < Fraction(exact) * (1 + Fraction(1, 10**45))
+    assert period_amount(Amount("approx", Fraction(3)), 2, "s") == Amount("approx", Fraction(6))
+    assert period_amount(Amount("zcdp", Fraction(1, 8)), 2, "s") == Amount("zcdp", Fraction(1, 2))
+    with pytest.raises(
+        IncompatibleCostError,
+        match=r"scope 'logs' is capped in ρ per period, and this release reads 2 periods while "
+        r"spending δ=1/1000000 .* Release each period separately",
+    ):
+        period_amount(Amount("zcdp", Fraction(1, 8), Fraction(1, 10**6)), 2, "logs")
+    huge = period_amount(Amount("approx", Fraction(10**4), Fraction(1, 10**9)), 2, "s")
+    assert huge.delta > 1  # e^10000·δ: no cap (δ < 1) takes it, so the release is refused

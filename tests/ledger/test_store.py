@@ -87,25 +87,28 @@ def test_refusal_names_the_scope_cap_spent_and_requested(ledger: LedgerStore) ->
 
 
 def test_a_period_cap_refuses_and_nothing_is_charged_anywhere(ledger: LedgerStore) -> None:
+    # Each release reads two or three periods at ε = 1/3: 2/3 on each period (group of two).
     ledger.set_cap("logs", eps(10))
-    ledger.set_cap("logs", eps(Fraction(1, 2)), period=EACH_PERIOD)
-    ledger.set_cap("logs", eps(1), period="2025-W02")
+    ledger.set_cap("logs", eps(1), period=EACH_PERIOD)
+    ledger.set_cap("logs", eps(2), period="2025-W02")
     reserve(ledger, "a", periods=("2025-W01", "2025-W02"))
     msg = (
         "release 'b' refused: it would exceed the cap of period '2025-W01' of scope 'logs': "
-        "cap (ε=1/2 (≈0.5), δ=0), spent (ε=1/3 (≈0.3333333333), δ=0), "
-        "requested (ε=1/3 (≈0.3333333333), δ=0), remaining (ε=1/6 (≈0.1666666667), δ=0)"
+        "cap (ε=1, δ=0), spent (ε=2/3 (≈0.6666666667), δ=0), "
+        "requested (ε=2/3 (≈0.6666666667), δ=0), remaining (ε=1/3 (≈0.3333333333), δ=0)"
     )
     with pytest.raises(CapExceededError, match=re.escape(msg)):
         reserve(ledger, "b", periods=("2025-W02", "2025-W03", "2025-W01"))
     # All or nothing: W02 (which had room) and the scope are unchanged, W03 was not created.
-    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(1, 3))
+    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(2, 3))
     (s,) = ledger.status("logs")
     assert [p.period for p in s.periods] == ["2025-W01", "2025-W02"]
     assert [p.cap_is_default for p in s.periods] == [True, False]
     reserve(ledger, "c", periods=("2025-W02", "2025-W03"))
-    assert spent(ledger, "2025-W02") == eps(Fraction(2, 3))
-    assert spent(ledger, "2025-W03") == eps(Fraction(1, 3))
+    assert spent(ledger, "2025-W02") == eps(Fraction(4, 3))
+    assert spent(ledger, "2025-W03") == eps(Fraction(2, 3))
+    reserve(ledger, "d", periods=("2025-W03",))  # one period: its rows are the person's there
+    assert spent(ledger, "2025-W03") == eps(1) and spent(ledger) == eps(1)
     assert ledger.check_invariants() == []
 
 
@@ -176,7 +179,7 @@ def test_rerun_of_the_same_release_is_free_and_returns_the_same_secret(
     assert again.rerun and again.secret == first.secret
     assert again.to_manifest() == first.to_manifest()
     assert again.key.rng("q", "noise").read(16) == first.key.rng("q", "noise").read(16)
-    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(1, 3))
+    assert spent(ledger) == eps(Fraction(1, 3)) and spent(ledger, "2025-W02") == eps(Fraction(2, 3))
     other_id = reserve(ledger, "weekly-2025-W03-b", periods=("2025-W03",), config="c", fp="f")
     assert other_id.secret != first.secret  # type: ignore[attr-defined]  # a new id: a new charge
     assert spent(ledger) == eps(Fraction(2, 3))
@@ -372,10 +375,11 @@ def test_invariant_check_catches_a_tampered_spend(ledger: LedgerStore) -> None:
 
 
 def test_a_weekly_schedule_stops_exactly_when_a_week_would_overspend(ledger: LedgerStore) -> None:
-    # Each weekly release reads the last three ISO weeks at ε = 1/2; each week may give ε = 1.
-    # So a week can be read twice: the release of 2025-W03 (reading W01 a third time) is refused.
+    # Each weekly release reads the last three ISO weeks at ε = 1/2; each week may give ε = 2.
+    # A release reading one week costs that week 1/2, one reading several 1 on each (a week's
+    # rows: group privacy for two). So the release of 2025-W03 (W01's third) is refused.
     ledger.set_cap("logs", eps(100))
-    ledger.set_cap("logs", eps(1), period=EACH_PERIOD)
+    ledger.set_cap("logs", eps(2), period=EACH_PERIOD)
     weeks = [f"2025-W{w:02d}" for w in range(1, 6)]
     half = Cost(PureDP(Fraction(1, 2)))
     manifests = []
@@ -387,17 +391,44 @@ def test_a_weekly_schedule_stops_exactly_when_a_week_would_overspend(ledger: Led
         manifests.append(r.to_manifest())
     msg = (
         "release 'weekly-2025-W03' refused: it would exceed the cap of period '2025-W01' of scope "
-        "'logs': cap (ε=1, δ=0), spent (ε=1, δ=0), requested (ε=1/2 (≈0.5), δ=0), "
-        "remaining (ε=0, δ=0). Nothing was charged"
+        "'logs': cap (ε=2, δ=0), spent (ε=3/2 (≈1.5), δ=0), requested (ε=1, δ=0), "
+        "remaining (ε=1/2 (≈0.5), δ=0)"
     )
     with pytest.raises(CapExceededError, match=re.escape(msg)):
         ledger.reserve(
             "weekly-2025-W03", scope="logs", periods=weeks[0:3], cost=half, config_hash="c",
             input_fingerprint="fp-2",
         )  # fmt: skip
-    assert spent(ledger, "2025-W01") == eps(1) and spent(ledger, "2025-W02") == eps(Fraction(1, 2))
+    assert spent(ledger, "2025-W01") == eps(Fraction(3, 2)) and spent(ledger, "2025-W02") == eps(1)
     assert spent(ledger) == eps(1)
     # The manifest's ledger block and the history agree on every charge.
     for m, record in zip(manifests, ledger.releases(), strict=True):
         js = record.to_json()
         assert {k: js[k] for k in m} == m
+
+
+def test_a_scope_with_period_caps_refuses_a_release_that_names_no_period(
+    ledger: LedgerStore,
+) -> None:
+    """Leaving the periods out would spend the scope and no period: past every period's cap."""
+    ledger.set_cap("logs", eps(10))
+    ledger.set_cap("logs", eps(1), period="2025-W01")  # one period's own cap makes it per period
+    msg = "scope 'logs' is accounted per period, and the release names none"
+    with pytest.raises(UnknownScopeError, match=re.escape(msg)):
+        reserve(ledger, "a")
+    refusal = ledger.quote("logs", (), THIRD).refusal  # `userdp plan` shows the same refusal
+    assert refusal is not None and msg in refusal
+    ledger.set_cap("other", eps(10))  # no period caps: a release may name none
+    reserve(ledger, "b", scope="other")
+    assert spent(ledger) == eps(0)
+
+
+def test_costs_that_print_alike_but_differ_are_a_changed_rerun(ledger: LedgerStore) -> None:
+    """A cost's text shortens exact values past 40 digits; the re-run check compares the values."""
+    ledger.set_cap("logs", eps(1))
+    first = Cost(PureDP(Fraction("0.12345678901234567890123456789012345678901234567")))
+    second = Cost(PureDP(Fraction("0.12345678901234567890123456789012345678901234568")))
+    assert str(first) == str(second)
+    reserve(ledger, "r", cost=first)
+    with pytest.raises(ReleaseConflictError, match=re.escape("with a different cost: recorded")):
+        reserve(ledger, "r", cost=second)

@@ -4,6 +4,7 @@ finished release id is free and byte-identical, and the manifest agrees with the
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import sqlite3
@@ -12,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from userdp.pipelines.cli import main
+from userdp.pipelines.config import load_job
 from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
@@ -83,7 +87,7 @@ def test_weekly_schedule_stops_exactly_at_the_cap_and_reruns_are_free(
     for week in WEEKS[:2]:
         assert main(["run", str(write_job(root, week, f"logs-{week}"))]) == 0
         out = capsys.readouterr().out
-        assert f"charged (ε=1, δ=0) to 'logs' periods ['{week}']" in out
+        assert f"charged (ε=1, δ=0) to 'logs'; (ε=1, δ=0) to each of periods ['{week}']" in out
         assert f"period '{week}' of scope 'logs': spent (ε=1, δ=0) of (ε=1, δ=0)" in out
 
     # a re-run of week 1 under its id: free, and the same bytes (the ledger keeps the secret)
@@ -231,3 +235,32 @@ def test_a_hand_edited_ledger_is_refused_exit_3_not_a_crash(
     assert main(["run", str(job)]) == 3  # a re-run reads its release and the scope
     err = capsys.readouterr().err
     assert says in err and "bug in userdp" not in err
+
+
+def test_one_periods_rows_move_a_multi_period_release_by_two_persons(tmp_path: Path) -> None:
+    """Why a release reading several periods charges each one at the group-of-two rate
+    (ledger.model.period_amount): removing a person's week-3 rows — a period cap's neighbour —
+    keeps their week-2 rows, and bounding (L = 1 partition per person) then keeps week 2's
+    partition instead. Noise off: the counts move by 2 in L1, twice L·C = 1."""
+    (tmp_path / "keys.csv").write_text("domain\nA\nB\n")
+    counts = []
+    for name, p_in_week3 in (("D", True), ("D-week3", False)):
+        for week, rows in (
+            ("2025-W02", [*(f"q{i},B" for i in range(5)), "p,B"]),
+            ("2025-W03", [*(f"r{i},A" for i in range(5)), *(["p,A"] * p_in_week3)]),
+        ):
+            d = tmp_path / name / f"week={week}"
+            d.mkdir(parents=True)
+            (d / "part.csv").write_text("person_id,domain\n" + "\n".join(rows) + "\n")
+        job = tmp_path / f"{name}.toml"
+        job.write_text(
+            f'[input]\npath = "{name}/week=*/part.csv"\nperson = "person_id"\n'
+            f'[budget]\nepsilon = 1.0\n[output]\npath = "out-{name}/"\nformat = "csv"\n'
+            '[[queries]]\nname = "visits"\nmetric = "count"\nby = ["domain"]\n'
+            'max_partitions_per_person = 1\nmax_rows_per_partition = 1\npartitions = "keys.csv"\n'
+        )
+        run_release(load_job(job), release_key=ReleaseKey(b"\x07" * 32), noise=False)
+        (out,) = (tmp_path / f"out-{name}").glob("visits*")
+        with out.open() as f:
+            counts.append({r["domain"]: float(r["value"]) for r in csv.DictReader(f)})
+    assert counts == [{"A": 6.0, "B": 5.0}, {"A": 5.0, "B": 6.0}]
