@@ -101,9 +101,12 @@ def z95(query: Mapping[str, Any]) -> float:
 
 
 def _kinds(x: Any) -> set[str]:
-    """Every mechanism ``kind`` named anywhere in a manifest entry (a mean names two noises)."""
+    """Every noise named anywhere in a manifest entry (a mean names two noises): as a mechanism's
+    ``kind``, or as a ``"mechanism"`` string (the auto bound's and sample-and-aggregate's noise)."""
     if isinstance(x, Mapping):
         own = {str(x["kind"])} if "kind" in x else set()
+        if isinstance(x.get("mechanism"), str):
+            own.add(x["mechanism"])
         return own.union(*(_kinds(v) for v in x.values()))
     if isinstance(x, (list, tuple)):
         return set().union(*(_kinds(v) for v in x))

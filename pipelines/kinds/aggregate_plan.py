@@ -47,7 +47,7 @@ from userdp.transforms.mechanisms.accounting import (
     zcdp_budget_for,
 )
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from userdp.transforms.mechanisms.discrete import discrete_laplace_std
+from userdp.transforms.mechanisms.discrete import discrete_laplace_error95, discrete_laplace_std
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
@@ -129,6 +129,21 @@ class QueryPlan:
         h = (b.upper - b.lower) / 2
         return math.hypot(self.stddev, h * self.count_stddev) / max(1.0, rows)
 
+    def _drawn_noise(self) -> dict[str, Any]:
+        """The noise the released value carries: the statistic's own, or — for ``persons`` read
+        off the selection — the selection's discrete Laplace count (its ``budget`` above is the
+        share this query moved into the selection), never a noise that is not drawn."""
+        s = self.params.selection
+        if self.releases_selection_count and isinstance(s, LaplaceThresholding):
+            return {
+                "kind": "discrete_laplace",
+                "scale": float(s.scale),
+                "scale_exact": str(s.scale),
+                "of": "the partition selection's noisy count of persons, released as the value "
+                "(conditioned on passing the selection's threshold: biased up near it)",
+            }
+        return describe_noise(self.params.noise)
+
     def to_manifest(self) -> dict[str, Any]:
         p, b = self.params, self.params.bounding
         out: dict[str, Any] = {
@@ -144,7 +159,7 @@ class QueryPlan:
             "n_public_partitions": self.n_public_partitions,
             "statistic": {
                 "budget": self.statistic_budget.to_manifest(),
-                "mechanism": describe_noise(p.noise),
+                "mechanism": self._drawn_noise(),
                 "sensitivity": vars(self.sensitivity),
                 "stddev": self.stddev,
                 "error95_half_width": self.error95,
@@ -189,7 +204,10 @@ class QueryPlan:
             lines.append(f"partitions: {self.n_public_partitions} public keys")
         kind = f"{type(p.noise).__name__.removesuffix('Mechanism')} {self.statistic_budget}"
         if self.releases_selection_count:  # its noise is the selection's, at the selection's ε
-            kind = "the selection's noisy count (discrete Laplace at the selection's ε)"
+            kind = (
+                "the selection's noisy count (discrete Laplace at the selection's ε; given that "
+                "it passed the threshold, so it leans high on partitions near it)"
+            )
         what = "centred sum (with rows: half each)" if p.metric == "mean" else p.metric
         lines.append(
             f"{what}: {kind}, L1 sens {self.sensitivity.l1:g}, "
@@ -198,9 +216,10 @@ class QueryPlan:
         )
         if self.count_stddev is not None:
             lines.append(
-                f"rows: stddev {self.count_stddev:.4g}; mean: stddev ≈ "
-                f"{self.mean_stddev(1.0):.4g}/n at n rows, 95% error ≈ "
-                f"±{1.96 * self.mean_stddev(1.0):.4g}/n"
+                f"rows: stddev {self.count_stddev:.4g}; mean: stddev ≤ "
+                f"{self.mean_stddev(1.0):.4g}/n at n rows, 95% error ≤ "
+                f"±{1.96 * self.mean_stddev(1.0):.4g}/n (the worst case, a mean at a bound; "
+                "each row's stddev column states its own)"
             )
         return lines
 
@@ -236,7 +255,8 @@ def plan_aggregate(q: QueryConfig, ctx: PlanContext) -> QueryPlan:
         release_selection_count=persons_reuse,
     )
     if persons_reuse and isinstance(selection, LaplaceThresholding):
-        stddev, err = discrete_laplace_std(selection.scale), float(selection.scale) * LN20
+        stddev = discrete_laplace_std(selection.scale)
+        err = float(discrete_laplace_error95(selection.scale))  # an integer noise: ±m covers
     else:
         stddev, err = noise.std, _error95(noise)
     return QueryPlan(

@@ -189,6 +189,11 @@ class ShiftedInversePlan:
             "output": "one row per partition: value, a point of the grid (the statistic rounded "
             "up to the grid and capped at upper, less the down-sensitivity error)",
         }
+        if self.count_params is not None:
+            out["output"] = (
+                "one row per partition: value, a point of the grid; "
+                + self._quantile_accuracy().removeprefix("accuracy: ")
+            )
         if self.statistic == "max":
             out["k"] = self.k
         if self.count_params is not None:
@@ -196,15 +201,34 @@ class ShiftedInversePlan:
             out["count_mechanism"] = self.count_params.to_manifest()
         return out
 
+    def _quantile_accuracy(self) -> str:
+        """The rank interval of a shifted-inverse quantile (transforms.mechanisms.shifted_inverse:
+        shifted_inverse_quantile): the count step releases n̂ ≤ n, short by at most the rows of
+        its 2τ_c heaviest persons (c), so the rank k̂ = k(n̂) from the top is up to ⌈(1 − q)·c⌉
+        above the true k — a bias towards larger values; the selection then lands between the
+        k̂-th largest and r rows below it (r: rows above it of its 2τ heaviest persons)."""
+        assert self.count_params is not None
+        beta = float(self.params.beta) + float(self.count_params.beta)
+        return (
+            f"accuracy: w.p. ≥ {1 - beta:g} (both steps) the value's rank from the top lies "
+            f"between k − ⌈(1 − q)·c⌉ and k + r, rounded up to the grid: k the true quantile's "
+            f"rank, c the rows of the {2 * self.count_params.tau} persons with most rows (the "
+            f"row count comes out short by up to c, never over, so the value leans high), r the "
+            f"rows above it of its {2 * self.params.tau} heaviest persons"
+        )
+
     def plan_lines(self) -> list[str]:
         p = self.params
         lines = [f"{self._what()}: shifted inverse, {_grid_text(p)} (|Y| = {p.output_grid.size})"]
         if self.count_params is not None:
             lines.append(f"row count: {_search_text(self.count_params)}, half of the budget")
-        lines.append(
-            f"{_search_text(p)}: w.p. ≥ 1 − β = {1 - float(p.beta):g} the value lies between f "
-            f"minus what removing the {2 * p.tau} heaviest persons changes and f rounded up"
-        )
+        if self.count_params is None:
+            lines.append(
+                f"{_search_text(p)}: w.p. ≥ 1 − β = {1 - float(p.beta):g} the value lies between "
+                f"f minus what removing the {2 * p.tau} heaviest persons changes and f rounded up"
+            )
+        else:
+            lines.append(self._quantile_accuracy())
         lines += _partition_line(self.by, self.public_keys, self.max_partitions_per_person)
         return [*lines, f"guarantee per partition: {self.guarantee} for {NEIGHBOURS}"]
 

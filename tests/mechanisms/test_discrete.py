@@ -20,6 +20,7 @@ from userdp.transforms.mechanisms.discrete import (
     bernoulli_rational,
     discrete_gaussian,
     discrete_laplace,
+    discrete_laplace_error95,
     geometric_exp,
 )
 from userdp.transforms.mechanisms.rng import KeyedRng
@@ -130,3 +131,18 @@ def test_bool_and_string_parameters_are_refused() -> None:
         discrete_laplace(rng, True)
     with pytest.raises(TypeError, match="scale must be int, Fraction or float"):
         discrete_laplace(rng, "1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scale", [0.3, 1, 2, Fraction(8, 3), 10, 250])
+def test_discrete_laplace_error95_is_the_least_integer_covering_95_percent(scale: object) -> None:
+    """Against the pmf summed term by term, (1 − q)/(1 + q)·q^|x|: not the continuous b·ln 20,
+    which at scale 2 (±5.99, i.e. ±5) covers 93.8%."""
+    m = discrete_laplace_error95(scale)  # type: ignore[arg-type]
+    q = math.exp(-1 / float(scale))  # type: ignore[arg-type]
+
+    def outside(m: int) -> float:  # P(|X| > m) by summing the pmf
+        return 1 - sum((1 - q) / (1 + q) * q ** abs(x) for x in range(-m, m + 1))
+
+    assert outside(m) <= 0.05 + 1e-12 and (m == 0 or outside(m - 1) > 0.05)
+    if scale == 2:
+        assert m == 6 and outside(5) == pytest.approx(0.0620, abs=1e-4)

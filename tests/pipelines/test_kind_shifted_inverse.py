@@ -36,6 +36,7 @@ from userdp.transforms.mechanisms.shifted_inverse import shifted_inverse, shifte
 from userdp.transforms.mechanisms.shifted_inverse_stats import (
     distinct_down_values,
     max_down_values,
+    quantile_k,
     sum_down_values,
 )
 from userdp.transforms.noisy_combine import canonical_key_string
@@ -684,3 +685,40 @@ def test_the_auto_bounds_noise_never_declares_less_than_its_clamp() -> None:
     assert below  # not vacuous: some candidates round down as floats
     for k, c in enumerate(choice.candidates):
         assert Fraction(noise.mechanism(k).l1_sensitivity) >= c
+
+
+def test_a_quantiles_stated_rank_interval_holds_and_the_value_leans_high(tmp_path: Path) -> None:
+    """The plan's accuracy line for a shifted-inverse quantile (rank from the top between
+    k − ⌈(1 − q)·c⌉ and k + r, w.p. ≥ 1 − 2β) over 60 releases, on 2,000 persons with 1–5 rows.
+    The row count is never over n, so the value leans high: most releases sit above the median
+    rounded up — what the line said before stop 36 ("between f − … and f rounded up") missed.
+    A correct release leaves the interval w.p. ≤ 2β = 0.2; ≥ 36 of 60 inside fails w.p. < 10^−5
+    (binomial tail) when it is right."""
+    query = {**MEDIAN, "upper": 4096, "resolution": 1}
+    plan = plan_release(parse_job(job(tmp_path, query, epsilon=16.0)))
+    (p,) = plan.queries
+    assert isinstance(p, ShiftedInversePlan) and p.count_params is not None and p.q is not None
+    text = io.StringIO()
+    print_plan(plan, text)
+    assert "the value's rank from the top lies between k − ⌈(1 − q)·c⌉ and k + r" in text.getvalue()
+    gen = np.random.default_rng(7)  # data only; the noise comes from the keyed samplers
+    rows = gen.integers(1, 6, size=2000)
+    persons = np.repeat(np.arange(2000), rows)
+    values = gen.integers(0, 4000, size=len(persons)).astype(np.float64)
+    desc = np.sort(values)[::-1]
+    k = quantile_k(p.q, len(values))
+    heaviest = np.sort(rows)[::-1]
+    c = int(heaviest[: 2 * p.count_params.tau].sum())
+    r = int(heaviest[: 2 * p.params.tau].sum())
+    hi, lo = desc[k - math.ceil((1 - p.q) * c) - 1], desc[k + r - 1]
+    inside = above_median = 0
+    for i in range(60):
+        key = ReleaseKey(TEST_SECRET[:31] + bytes([i]))
+        out = shifted_inverse_quantile(
+            values, persons, p.q, count_params=p.count_params, select_params=p.params,
+            count_rng=key.rng("count"), select_rng=key.rng("select"),
+        ).value  # fmt: skip
+        inside += lo <= out <= math.ceil(hi)  # the grid is the integers: rounded up
+        above_median += out > math.ceil(desc[k - 1])
+    assert inside >= 36, inside
+    assert above_median >= 30, above_median  # leans high, as the line says

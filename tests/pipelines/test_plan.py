@@ -12,7 +12,7 @@ import pytest
 
 from tests.pipelines.test_config import EXAMPLE, job, query
 from userdp.pipelines.config import ConfigError, load_job, parse_job
-from userdp.pipelines.kinds.aggregate_plan import LN20, Z95
+from userdp.pipelines.kinds.aggregate_plan import Z95
 from userdp.pipelines.plan import plan_release
 from userdp.transforms.mechanisms.accounting import (
     ZCDP,
@@ -128,7 +128,8 @@ def test_persons_with_laplace_selection_releases_the_thresholding_count() -> Non
     assert sel.scale == 5  # L/ε
     r = math.exp(-1 / 5)
     assert q.stddev == pytest.approx(math.sqrt(2 * r) / (1 - r))
-    assert q.error95 == pytest.approx(5 * LN20)
+    assert q.error95 == 15  # the least integer m with 2r^(m+1)/(1 + r) ≤ 0.05: not 5·ln 20
+    assert 2 * r**16 / (1 + r) <= 0.05 < 2 * r**15 / (1 + r)  # P(|X| > 15), P(|X| > 14)
     assert (q.sensitivity.per_partition, q.sensitivity.l1) == (1, 5)
 
 

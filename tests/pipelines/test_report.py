@@ -233,6 +233,12 @@ def test_an_error_bar_is_the_noises_95_percent_interval() -> None:
     assert z95(mean) == LAPLACE_Z95
     gaussian_mean = {"statistic": {"sum": {"kind": "gaussian"}, "rows": {"kind": "gaussian"}}}
     assert z95(gaussian_mean) == GAUSSIAN_Z95 == pytest.approx(1.96, abs=1e-3)
+    # the auto bound and sample-and-aggregate name their noise as a "mechanism" string
+    auto = {"statistic": {"mechanism": "gaussian", "stddev_per_unit_bound": 3.1}}
+    assert z95(auto) == GAUSSIAN_Z95
+    saa = {"mechanism": {"noise": {"mechanism": "gaussian"}}, "statistic": "mean"}
+    assert z95(saa) == GAUSSIAN_Z95
+    assert z95({"statistic": {"mechanism": "laplace"}}) == LAPLACE_Z95
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.toml")))
