@@ -82,8 +82,7 @@ def assess(
         )
     accounts = [AccountStatus(scope, None, s.kind, s.cap, False, s.spent)]
     caps = period_caps(tx, s, periods, for_update)
-    per_period_scope = s.period_default is not None or period_caps(tx, s, None, "")
-    if charging and not periods and per_period_scope:
+    if charging and not periods and (s.period_default is not None or period_caps(tx, s, None, "")):
         # otherwise a job file could leave its periods out and spend past every period's cap
         raise UnknownScopeError(
             f"scope {scope!r} is accounted per period, and the release names none: say which "
@@ -132,6 +131,11 @@ def first_refusal(
         if acc.cap is not None and (acc.spent + amount).fits_in(acc.cap):
             continue
         how = "" if conversion.startswith("none") else f" (cost {cost} counted as: {conversion})"
+        if amount != counted:  # a period read with others: say why it is charged more
+            how += (
+                f"; a release that reads several periods charges each {amount} (group privacy "
+                "for two: docs/ledger.md, 'Periods')"
+            )
         remaining = acc.remaining
         return CapExceededError(
             f"release {release_id!r} refused: it would exceed the cap of {acc.name}: cap "
