@@ -199,12 +199,24 @@ def test_an_epsilon_below_two_to_the_minus_16_is_refused(kind: str) -> None:
     assert ss.make_smooth_noise(kind, epsilon=2.0**-16, delta=1e-6).multiplier > 0
 
 
+def test_an_lln_rho_below_two_to_the_minus_15_is_refused() -> None:
+    """Its float set-aside (zcdp_float_slack, ≈ 2^−25 + 2^−25.6·ρ) would be more than 2^−10 of ρ."""
+    with pytest.raises(ValueError, match=r"rho 3e-05 is below 2\^-15 ≈ 3\.05e-05"):
+        ss.LaplaceLogNormalNoise(3e-5)
+    assert ss.LaplaceLogNormalNoise(2.0**-15).s > 0
+    assert ss.zcdp_float_slack(2.0**-15) < 2.0**-15 / 1000
+
+
 def test_lln_rule_and_its_default_t() -> None:
     rho = 0.5
     noise = ss.LaplaceLogNormalNoise(rho)
-    eps = math.sqrt(2 * rho)
+    # calibrated for ρ' = ρ minus the float release's set-aside: ρ' + slack(ρ') ≤ ρ
+    rho_cal = (rho - ss.zcdp_float_slack(0.0)) / (1 + math.e * ss.CELL_ERROR)
+    assert rho_cal + ss.zcdp_float_slack(rho_cal) == pytest.approx(rho, rel=1e-15)
+    assert rho - rho_cal == pytest.approx(2**-25 + math.e * 2**-27 * rho, rel=1e-6)
+    eps = math.sqrt(2 * rho_cal)
     t, sigma, s = noise.beta, noise.sigma, noise.s
-    assert t == pytest.approx(eps / (2 * math.sqrt(5)), rel=1e-12)
+    assert t == pytest.approx(eps / (2 * math.sqrt(5)), rel=1e-11)
     assert 5 * (eps / t) * sigma**3 - 5 * sigma**2 - 1 == pytest.approx(0, abs=1e-9)
     assert t / sigma + math.exp(1.5 * sigma**2) * s <= eps  # ½ε²-zCDP holds
     assert sigma == pytest.approx(1 / math.sqrt(5), rel=1e-12)

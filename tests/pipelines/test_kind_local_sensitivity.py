@@ -177,16 +177,21 @@ def test_a_ladder_whose_noise_overflows_is_a_config_error_at_planning(
 
 
 @pytest.mark.parametrize(
-    ("budget", "noise"), [({"epsilon": 2e-5}, "cauchy"), ({"rho": 1e-12, "delta": 1e-6}, "lln")]
+    ("budget", "noise", "says"),
+    [
+        ({"epsilon": 2e-5}, "cauchy", r"beta must be .*raise the query's"),
+        ({"rho": 1e-12, "delta": 1e-6}, "lln", r"rho 1e-12 is below 2\^-15 .*use a larger share"),
+    ],
 )
 def test_a_budget_too_small_for_the_smoothness_is_refused_at_planning(
-    tmp_path: Path, budget: dict[str, float], noise: str
+    tmp_path: Path, budget: dict[str, float], noise: str, says: str
 ) -> None:
     """ε = 2e-5 gives the Cauchy rule β = ε/(2(γ+1)) = 2e-6, below the smallest β the bound's
     rounding margin allows (3.8e-6). The plan used to pass and every release to fail, on the
-    first partition it met — whatever the data, but only once the job had been charged."""
+    first partition it met — whatever the data, but only once the job had been charged. The LLN
+    noise refuses a ρ whose float set-aside would pass 2^−10 of it (before its β could fail)."""
     query = {**MEDIAN, "method": "smooth_sensitivity", "noise": noise}
-    with pytest.raises(ConfigError, match=r"queries\[0\] = .*beta must be .*raise the query's"):
+    with pytest.raises(ConfigError, match=r"queries\[0\] = .*" + says):
         plan_release(parse_job(job(tmp_path, query, **budget)))
 
 

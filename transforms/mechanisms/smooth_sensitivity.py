@@ -73,8 +73,25 @@ FLOAT_SLACK = 2.0**-26
 """ε the Cauchy and Laplace noises set aside for the float release: a released cell's probability
 is the ideal one to a relative r ≈ 2^−30 (:mod:`.heavy_tailed`), which adds ln((1 + r)/(1 − r))
 ≈ 2^−29 to the privacy loss; they calibrate for ε − 2^−26 (and δ·(1 − 2^−26)), so the stated ε
-and δ hold with 8× to spare. The LLN noise's ρ sets nothing aside (its docstring)."""
+and δ hold with 8× to spare. The LLN noise sets aside ρ instead: :func:`zcdp_float_slack`."""
 _MIN_EPSILON = 2.0**-16  # below this, the set-aside would be more than 2^−10 of ε
+_MIN_RHO = 2.0**-15  # the LLN noise's: below it, zcdp_float_slack would pass 2^−10 of ρ
+CELL_ERROR = 2.0**-27
+"""r, the relative error of a released cell's probability the set-asides are sized for: 8× the
+~2^−30 the float release reaches (:mod:`.heavy_tailed`; ln((1 + r)/(1 − r)) ≈ 2r = FLOAT_SLACK)."""
+
+
+def zcdp_float_slack(rho: float, r: float = CELL_ERROR) -> float:
+    """How much a ρ-zCDP mechanism's ρ can grow when each output cell's probability is off by a
+    relative error of at most r under every input: ln((1 + r)/(1 − r)) + 2r + e·r·ρ.
+
+    For every order α > 1 the Rényi divergence grows by at most α times that (derivation:
+    docs/local_sensitivity.md §8, "The LLN noise's set-aside"; brute force on perturbed discrete
+    Gaussian pairs: ``tests/mechanisms/test_zcdp_float_slack.py``). A bound from the pointwise
+    ratio alone (ln((1 + r)/(1 − r))) is not enough near α = 1, where the divergence weighs
+    the perturbation by the privacy loss; the test's negative control shows it failing.
+    """
+    return math.log1p(r) - math.log1p(-r) + 2.0 * r + math.e * r * rho
 
 
 def _calibration_epsilon(eps: float) -> float:
@@ -205,10 +222,10 @@ class LaplaceLogNormalNoise:
     ``lecture-ptr-lln-stability.txt``), given |f(x) − f(x')| ≤ S(x) and e^{−t}S(x) ≤ S(x') ≤
     e^t·S(x) for neighbours, which a t-smooth upper bound on the local sensitivity satisfies.
     σ solves 5(ε/t)σ³ − 5σ² − 1 = 0; s = (ε − t/σ)·e^{−3σ²/2}, rounded down. ``t`` is the
-    smoothness β, default ε/(2√5) (public: it depends on ρ only). Unlike the Cauchy and Laplace
-    noises, ρ sets nothing aside for the float release (:mod:`.heavy_tailed`: each released cell's
-    probability is the ideal one to a relative ~2^−30): a pointwise ratio bound does not turn into
-    a bound on every Rényi divergence of order α > 1 without a derivation we have not made.
+    smoothness β, default ε/(2√5) (public: it depends on ρ only). All of these are computed for
+    ρ' = ρ minus the float release's set-aside, :func:`zcdp_float_slack` (each released cell's
+    probability is the ideal one to a relative ~2^−30, :mod:`.heavy_tailed`; until stop 36 the
+    LLN noise set nothing aside). ρ below 2^−15 is refused: the set-aside would pass 2^−10 of it.
     """
 
     rho: float
@@ -221,7 +238,15 @@ class LaplaceLogNormalNoise:
 
     def __post_init__(self) -> None:
         rho = positive_real(self.rho, "rho", _BUDGET_HINT)
-        eps = math.sqrt(2.0 * rho) * _DOWN
+        if not rho >= _MIN_RHO:
+            raise ValueError(
+                f"rho {rho:.3g} is below 2^-15 ≈ 3.05e-05, the smallest the lln noise takes (it "
+                "sets about 2^-25 of ρ aside for its float arithmetic); use a larger share"
+            )
+        # ρ' with ρ' + zcdp_float_slack(ρ') = ρ: the slack is affine in ρ'
+        slack0 = zcdp_float_slack(0.0)
+        rho_cal = (rho - slack0) / (1.0 + math.e * CELL_ERROR) * _DOWN
+        eps = math.sqrt(2.0 * rho_cal) * _DOWN
         t = eps * LLN_T_PER_EPSILON if self.t is None else positive_real(self.t, "t", "t > 0")
         sigma = lln_sigma(eps, t)
         s = (eps - t / sigma) * math.exp(-1.5 * sigma * sigma) * _DOWN
@@ -244,7 +269,7 @@ class LaplaceLogNormalNoise:
             "t": self.beta,
             "sigma": self.sigma,
             "s": self.s,
-            "scale": "S/s",
+            "scale": "S/s, s for ρ' = ρ minus the float release's set-aside (zcdp_float_slack)",
             "guarantee": self.guarantee.to_manifest(),
         }
 
