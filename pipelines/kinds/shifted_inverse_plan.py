@@ -203,18 +203,19 @@ class ShiftedInversePlan:
 
     def _quantile_accuracy(self) -> str:
         """The rank interval of a shifted-inverse quantile (transforms.mechanisms.shifted_inverse:
-        shifted_inverse_quantile): the count step releases n̂ ≤ n, short by at most the rows of
-        its 2τ_c heaviest persons (c), so the rank k̂ = k(n̂) from the top is up to ⌈(1 − q)·c⌉
-        above the true k — a bias towards larger values; the selection then lands between the
-        k̂-th largest and r rows below it (r: rows above it of its 2τ heaviest persons)."""
+        shifted_inverse_quantile): w.p. ≥ 1 − β_c the count step releases n̂ ≤ n, short by at
+        most the rows of its 2τ_c heaviest persons (c), so the rank k̂ = k(n̂) from the top is up
+        to ⌈(1 − q)·c⌉ above the true k — a bias towards larger values; the selection then lands
+        between the k̂-th largest and r rows below it (r: rows above it of its 2τ heaviest
+        persons)."""
         assert self.count_params is not None
         beta = float(self.params.beta) + float(self.count_params.beta)
         return (
             f"accuracy: w.p. ≥ {1 - beta:g} (both steps) the value's rank from the top lies "
             f"between k − ⌈(1 − q)·c⌉ and k + r, rounded up to the grid: k the true quantile's "
             f"rank, c the rows of the {2 * self.count_params.tau} persons with most rows (the "
-            f"row count comes out short by up to c, never over, so the value leans high), r the "
-            f"rows above it of its {2 * self.params.tau} heaviest persons"
+            f"row count comes out short by up to c and not over, so the value leans high), r "
+            f"the rows above it of its {2 * self.params.tau} heaviest persons"
         )
 
     def plan_lines(self) -> list[str]:
@@ -228,6 +229,7 @@ class ShiftedInversePlan:
                 f"f minus what removing the {2 * p.tau} heaviest persons changes and f rounded up"
             )
         else:
+            lines.append(f"k-th largest: {_search_text(p)}")
             lines.append(self._quantile_accuracy())
         lines += _partition_line(self.by, self.public_keys, self.max_partitions_per_person)
         return [*lines, f"guarantee per partition: {self.guarantee} for {NEIGHBOURS}"]

@@ -12,9 +12,9 @@ from typing import Any, ClassVar, TypeVar
 
 from .errors import LedgerError, ReleaseConflictError
 from .model import Amount, check_name
-from .reading import Tx, load_release, load_scope
+from .reading import Tx, load_release, load_scope, period_charges
 from .records import AccountStatus, ReleaseRecord
-from .rules import assess, charges, manifest_hash_text
+from .rules import assess, manifest_hash_text
 
 T = TypeVar("T")
 
@@ -170,7 +170,9 @@ class FinishingMixin(ABC):
                 for_update=self.for_update, create_periods=False, charging=False,
             )  # fmt: skip
             now = self._now()
-            for acc, amount in charges(accounts, record.counted):
+            charged = period_charges(tx, rid, s.kind)  # as stored when it was reserved
+            for acc in accounts:
+                amount = record.counted if acc.period is None else charged[acc.period]
                 self._set_spend(tx, acc, acc.spent.minus_clamped(amount), now)
             tx.execute("DELETE FROM ledger_release_periods WHERE release_id = ?", (rid,))
             tx.execute("DELETE FROM ledger_releases WHERE release_id = ?", (rid,))

@@ -10,8 +10,10 @@ common dialect; ``{blob}`` and ``{autoinc}`` are filled in per database.
 
 Invariants (checked by :meth:`~pipelines.ledger.store.LedgerStore.check_invariants`):
 
-* a scope's (and each period's) ``spent`` is exactly the sum of the ``counted`` amounts of the
-  releases that charged it, and never exceeds its cap;
+* a scope's ``spent`` is exactly the sum of the ``counted`` amounts of the releases that charged
+  it, a period's the sum of the ``charged`` amounts its rows of ``ledger_release_periods`` hold
+  (more than ``counted`` for a release that reads several periods: ``model.period_amount``), and
+  neither exceeds its cap;
 * a release charges one scope and the periods listed in ``ledger_release_periods``; its release id
   is the primary key, so it is charged at most once;
 * a ``completed`` release has its outputs, manifest hash and completion time.
@@ -56,6 +58,19 @@ def key_stored_fingerprint(tx: Any, release_id: str, plain: str) -> tuple[str, b
         (keyed, key, release_id),
     )
     return keyed, key
+
+
+def _periods_charged_as_counted(tx: Any) -> None:
+    """Version 4: a release reserved before it charged each of its periods its ``counted``
+    amount, so that is what its rows record (docs/ledger.md, "Periods": such releases were
+    charged less than a period's rows cost; their record stays true to what was charged)."""
+    tx.execute(
+        "UPDATE ledger_release_periods SET "
+        "charged_main = (SELECT r.counted_main FROM ledger_releases r "
+        "WHERE r.release_id = ledger_release_periods.release_id), "
+        "charged_delta = (SELECT r.counted_delta FROM ledger_releases r "
+        "WHERE r.release_id = ledger_release_periods.release_id)"
+    )
 
 
 def _key_input_fingerprints(tx: Any) -> None:
@@ -148,6 +163,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         "input fingerprints keyed by a per-release key",
         ("ALTER TABLE ledger_releases ADD COLUMN fingerprint_key {blob}",),
         _key_input_fingerprints,
+    ),
+    Migration(
+        4,
+        "what each period was charged, stored with the release's period",
+        (
+            "ALTER TABLE ledger_release_periods ADD COLUMN charged_main TEXT",
+            "ALTER TABLE ledger_release_periods ADD COLUMN charged_delta TEXT",
+        ),
+        _periods_charged_as_counted,
     ),
 )
 

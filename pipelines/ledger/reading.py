@@ -16,8 +16,8 @@ from typing import Any, Protocol, TypeVar
 
 from userdp.transforms.mechanisms.rng import SECRET_BYTES
 
-from .errors import IncompatibleCostError, LedgerCorruptError
-from .model import Amount, CapKind, Cost, from_text, period_amount
+from .errors import LedgerCorruptError
+from .model import Amount, CapKind, Cost, from_text
 from .records import AccountStatus, Event, ReleaseRecord, ScopeStatus
 
 T = TypeVar("T")
@@ -80,6 +80,16 @@ def _scope(r: Row) -> ScopeRow:
 def load_scope(tx: Tx, scope: str, for_update: str) -> ScopeRow | None:
     r = tx.one(f"{_SCOPE_SQL} WHERE scope = ?{for_update}", (scope,))
     return None if r is None else _scope(r)
+
+
+def period_charges(tx: Tx, release_id: str, kind: CapKind) -> dict[str, Amount]:
+    """What the release charged each of its periods, as stored when it was reserved."""
+    rows = tx.all(
+        "SELECT period, charged_main, charged_delta FROM ledger_release_periods "
+        "WHERE release_id = ?",
+        (release_id,),
+    )
+    return {p: _amount(kind, cm, cd, f"charge of {release_id} on period {p}") for p, cm, cd in rows}
 
 
 def period_caps(
@@ -241,10 +251,13 @@ class ReadingMixin(ABC):
             scopes = {r[0]: _scope(r) for r in tx.all(_SCOPE_SQL)}
             sums: dict[tuple[str, str | None], Amount] = {}
             by_release: dict[str, list[str]] = defaultdict(list)
-            for rid, _scope_name, p in tx.all(
-                "SELECT release_id, scope, period FROM ledger_release_periods"
+            charged: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+            for rid, _scope_name, p, cm, cd in tx.all(
+                "SELECT release_id, scope, period, charged_main, charged_delta "
+                "FROM ledger_release_periods"
             ):
                 by_release[rid].append(p)
+                charged[rid].append((p, cm, cd))
             sizes: dict[str, int] = {
                 rid: int(n)
                 for rid, n in tx.all("SELECT release_id, length(secret) FROM ledger_releases")
@@ -259,18 +272,9 @@ class ReadingMixin(ABC):
                 if rec.status == "completed" and rec.manifest_hash is None:
                     problems.append(f"release {rec.release_id!r}: completed without manifest")
                 sums[s.name, None] = sums.get((s.name, None), Amount.zero(s.kind)) + rec.counted
-                try:
-                    each = period_amount(rec.counted, len(rec.periods), s.name)
-                except IncompatibleCostError:  # reserved before stop 36 refused such releases
-                    problems.append(
-                        f"release {rec.release_id!r} reads {len(rec.periods)} periods of a "
-                        "ρ-capped scope and spends δ beside ρ: its cost on one period's rows "
-                        "has no bound (docs/ledger.md, 'Periods')"
-                    )
-                    each = rec.counted
-                if rec.periods:
-                    for p in rec.periods:
-                        sums[s.name, p] = sums.get((s.name, p), Amount.zero(s.kind)) + each
+                for p, cm, cd in charged[rec.release_id]:  # as each period was charged
+                    amount = _amount(s.kind, cm, cd, f"charge of {rec.release_id} on period {p}")
+                    sums[s.name, p] = sums.get((s.name, p), Amount.zero(s.kind)) + amount
             for s in scopes.values():
                 accounts = [AccountStatus(s.name, None, s.kind, s.cap, False, s.spent)]
                 accounts += period_caps(tx, s, None, "").values()

@@ -74,7 +74,8 @@ def assess(
             f"--scope {scope} --epsilon E [--delta D]` (or --rho R) before charging it"
         )
     counted, conversion = count_against(cost, s.kind, s.zcdp_delta, scope)
-    per_period = period_amount(counted, len(periods), scope)  # refuses what has no period bound
+    # refuses what has no period bound; taking a charge back reads what was stored instead
+    per_period = period_amount(counted, len(periods), scope) if charging else counted
     if per_period != counted:
         conversion += (
             f"; each of its {len(periods)} periods counts {per_period} (a period's rows: group "

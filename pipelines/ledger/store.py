@@ -213,10 +213,11 @@ class LedgerStore(FinishingMixin, ReadingMixin, ABC):
     @classmethod
     def _add_spend(cls, tx: Tx, acc: AccountStatus, counted: Amount, rid: str, now: str) -> None:
         cls._set_spend(tx, acc, acc.spent + counted, now)
-        if acc.period is not None:
+        if acc.period is not None:  # what this period was charged, for cancel and the invariants
             tx.execute(
-                "INSERT INTO ledger_release_periods (release_id, scope, period) VALUES (?, ?, ?)",
-                (rid, acc.scope, acc.period),
+                "INSERT INTO ledger_release_periods (release_id, scope, period, charged_main, "
+                "charged_delta) VALUES (?, ?, ?, ?, ?)",
+                (rid, acc.scope, acc.period, to_text(counted.main), to_text(counted.delta)),
             )
 
     @staticmethod

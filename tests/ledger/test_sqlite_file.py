@@ -84,17 +84,17 @@ def test_migrations_from_an_empty_file_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     path.touch(mode=0o600)  # an empty file is an empty database
     with SqliteLedger(path) as ledger:
-        assert ledger.schema_version() == LATEST_VERSION == 3
+        assert ledger.schema_version() == LATEST_VERSION == 4
         ledger.set_cap("logs", Amount("approx", Fraction(1)))
         ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
                        config_hash="c", input_fingerprint="f")  # fmt: skip
     tables, indexes, versions = schema(path)
-    assert tables == TABLES and versions == [1, 2, 3]
+    assert tables == TABLES and versions == [1, 2, 3, 4]
     assert indexes == {"ledger_releases_by_scope", "ledger_release_periods_by_period"}
     with SqliteLedger(path) as again:  # re-open: nothing re-applied, data kept
-        assert again.schema_version() == 3 and again.integrity_check() == []
+        assert again.schema_version() == 4 and again.integrity_check() == []
         assert again.releases()[0].counted == Amount("approx", Fraction(1, 3))
-    assert schema(path)[2] == [1, 2, 3]
+    assert schema(path)[2] == [1, 2, 3, 4]
 
 
 def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
@@ -111,9 +111,9 @@ def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
                    "('logs', 'approx', '1/1', '0/1', '0/1', '0/1', 'then', 'then')")  # fmt: skip
     assert schema(path)[1] == set() and schema(path)[2] == [1]
     with SqliteLedger(path) as ledger:
-        assert ledger.schema_version() == 3
+        assert ledger.schema_version() == 4
         assert ledger.status()[0].scope.cap == Amount("approx", Fraction(1))
-    assert len(schema(path)[1]) == 2 and schema(path)[2] == [1, 2, 3]
+    assert len(schema(path)[1]) == 2 and schema(path)[2] == [1, 2, 3, 4]
 
 
 def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Path) -> None:
@@ -147,6 +147,47 @@ def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Pat
         again = ledger.reserve("r", scope="logs", periods=[], cost=Cost(PureDP(Fraction(1, 3))),
                                config_hash="c", input_fingerprint=plain)  # fmt: skip
         assert again.rerun and ledger.status()[0].scope.spent == Amount("approx", Fraction(1, 3))
+
+
+def test_migrating_to_version_4_records_what_each_period_was_charged(tmp_path: Path) -> None:
+    """Before version 4 a release charged each period its counted amount, even when it read
+    several (docs/ledger.md, "Periods"). The migration records that, so the invariants hold and
+    cancelling such a release takes back what it charged, not the new rate."""
+    path = tmp_path / "ledger.sqlite"
+    path.touch(mode=0o600)
+    with sqlite3.connect(path) as db:  # a ledger written by a userdp that knew versions 1 to 3
+        db.execute("CREATE TABLE ledger_schema_migrations (version INTEGER PRIMARY KEY, "
+                   "name TEXT NOT NULL, applied_at TEXT NOT NULL)")  # fmt: skip
+        for m in MIGRATIONS[:3]:
+            for statement in statements_for(m, "sqlite"):
+                db.execute(statement)
+            db.execute("INSERT INTO ledger_schema_migrations VALUES (?, 'v', 'then')", (m.version,))
+        db.execute(
+            "INSERT INTO ledger_scopes (scope, kind, cap_main, cap_delta, period_cap_main, "
+            "period_cap_delta, spent_main, spent_delta, created_at, updated_at) VALUES "
+            "('s', 'approx', '10/1', '0/1', '3/1', '0/1', '2/1', '0/1', 'then', 'then')"
+        )
+        for p, spent in (("w1", "2/1"), ("w2", "1/1")):
+            db.execute("INSERT INTO ledger_periods (scope, period, spent_main, spent_delta) "
+                       "VALUES ('s', ?, ?, '0/1')", (p, spent))  # fmt: skip
+        for rid, periods in (("r1", ("w1", "w2")), ("r3", ("w1",))):  # ε = 1 each, old rate
+            db.execute("INSERT INTO ledger_releases (release_id, scope, cost_kind, cost_main, "
+                       "cost_delta, counted_main, counted_delta, conversion, config_hash, "
+                       "input_fingerprint, secret, fingerprint_key, status, reserved_at) VALUES "
+                       "(?, 's', 'pure', '1/1', '0/1', '1/1', '0/1', 'none', 'c', "
+                       "'hmac-sha256:x', ?, ?, 'reserved', 'then')",
+                       (rid, bytes(32), bytes(32)))  # fmt: skip
+            for p in periods:
+                db.execute("INSERT INTO ledger_release_periods (release_id, scope, period) "
+                           "VALUES (?, 's', ?)", (rid, p))  # fmt: skip
+            db.execute("INSERT INTO ledger_events (at, event, scope, release_id, detail) "
+                       "VALUES ('then', 'reserve', 's', ?, '{}')", (rid,))  # fmt: skip
+    with SqliteLedger(path) as ledger:
+        assert ledger.check_invariants() == []
+        assert ledger.cancel("r1")
+        (status,) = ledger.status("s")
+        assert [(p.period, p.spent.main) for p in status.periods] == [("w1", 1), ("w2", 0)]
+        assert status.scope.spent.main == 1 and ledger.check_invariants() == []
 
 
 def test_a_plain_fingerprint_written_after_the_migration_is_keyed_at_its_rerun(
@@ -183,7 +224,7 @@ def test_a_ledger_newer_than_the_code_is_refused(tmp_path: Path) -> None:
         db.execute("INSERT INTO ledger_schema_migrations VALUES (7, 'future', 'later')")
     with pytest.raises(
         LedgerSchemaError,
-        match="the ledger's schema is version 7 but this userdp knows versions up to 3",
+        match="the ledger's schema is version 7 but this userdp knows versions up to 4",
     ):
         SqliteLedger(path)
 

@@ -690,8 +690,9 @@ def test_the_auto_bounds_noise_never_declares_less_than_its_clamp() -> None:
 def test_a_quantiles_stated_rank_interval_holds_and_the_value_leans_high(tmp_path: Path) -> None:
     """The plan's accuracy line for a shifted-inverse quantile (rank from the top between
     k − ⌈(1 − q)·c⌉ and k + r, w.p. ≥ 1 − 2β) over 60 releases, on 2,000 persons with 1–5 rows.
-    The row count is never over n, so the value leans high: most releases sit above the median
-    rounded up — what the line said before stop 36 ("between f − … and f rounded up") missed.
+    The row count is not over n (w.p. ≥ 1 − β), so the value leans high: most releases sit above
+    the median rounded up — what the line said before stop 36 ("between f − …, f rounded up")
+    missed.
     A correct release leaves the interval w.p. ≤ 2β = 0.2; ≥ 36 of 60 inside fails w.p. < 10^−5
     (binomial tail) when it is right."""
     query = {**MEDIAN, "upper": 4096, "resolution": 1}

@@ -60,9 +60,9 @@ Residual floating-point risk — these samplers are **not** exact, unlike :mod:`
   which the Cauchy and Laplace smooth-sensitivity noises set aside (``FLOAT_SLACK`` = 2^−26 in
   :mod:`.smooth_sensitivity`; the LLN noise sets aside ρ by ``zcdp_float_slack``). (Until
   stop 33 the noise was exp(ln scale + log|z|), whose rounding grows with ln scale, and the grid
-  2^−30 of the scale: up to 2^−15 for bounds ±8e307.) A value far from zero relative to the scale (not how
-  smooth sensitivity calls this) weakens the argument near zero, where a large noise nearly
-  cancels it.
+  2^−30 of the scale: up to 2^−15 for bounds ±8e307.) A value far from zero relative to the
+  scale (not how smooth sensitivity calls this) weakens the argument near zero, where a large
+  noise nearly cancels it.
 * Rejection counts depend only on the random stream, never on the data.
 """
 
