@@ -39,6 +39,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from fastavro.schema import SchemaParseException
 
 from .avro_schema import avro_families
 from .avro_schema import refusal as avro_refusal
@@ -166,10 +167,21 @@ def _metadata_families(
             schema = pq.read_schema(f)
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
+        with FileSystems.open(path) as f:
+            _parquet_codecs_readable(pq.ParquetFile(f).metadata, names, path)
         return {n: arrow_family(schema.field(n).type) for n in names}
     if fmt == "avro":
         with FileSystems.open(path) as f:
-            writer_schema: Any = fastavro.reader(f).writer_schema
+            reader = fastavro.reader(f)
+            writer_schema: Any = reader.writer_schema
+            codec = str(reader.metadata.get("avro.codec", "null"))
+        if not isinstance(writer_schema, dict) or writer_schema.get("type") != "record":
+            raise SchemaError(
+                f"input file {path}: its Avro schema is not a record (a union, array or "
+                "primitive at the top): userdp reads one row per record; write the rows as "
+                "records (a nullable ['null', record] schema too must be written as the record)"
+            )
+        _avro_codec_readable(codec, path)
         fields = [fd["name"] for fd in writer_schema.get("fields", [])]
         _duplicated(fields, names, path)
         _all_present(fields, names, path)
@@ -190,6 +202,46 @@ def _metadata_families(
         with open_input(path, compression) as f:  # start does not decompress is refused now,
             f.read(1)  # before the charge, as a CSV's header is (nothing read is shown)
     return None
+
+
+def _avro_codec_readable(codec: str, path: str) -> None:
+    """Refuses, before the charge, an Avro file whose blocks this installation cannot decompress
+    (the codec is in the header). fastavro registers snappy, zstandard and lz4 readers that
+    raise when their library (cramjam, zstandard, lz4) is missing; it names them ``missing``."""
+    block_reader = fastavro.read.BLOCK_READERS.get(codec)
+    if block_reader is None or getattr(block_reader, "__name__", "") == "missing":
+        raise SchemaError(
+            f"input file {path}: its Avro blocks are compressed with {codec!r}, which this "
+            "installation cannot decompress (fastavro needs its optional library: cramjam for "
+            "snappy, zstandard, lz4); install it, or rewrite the file with deflate, bzip2, xz "
+            "or no compression"
+        )
+
+
+def codec_available(codec: str) -> bool:
+    """Whether this pyarrow decodes Parquet's ``codec`` (lower case; LZO never)."""
+    try:
+        return codec == "uncompressed" or bool(pa.Codec.is_available(codec))
+    except (ValueError, pa.ArrowException):  # a codec pyarrow does not even name
+        return False
+
+
+def _parquet_codecs_readable(meta: pq.FileMetaData, names: list[str], path: str) -> None:
+    """Refuses, before the charge, a Parquet file whose requested columns are compressed with a
+    codec this pyarrow cannot decode (LZO; a build without one) — the footer says so."""
+    wanted = set(names)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            if not {column.path_in_schema, column.path_in_schema.split(".")[0]} & wanted:
+                continue
+            if not codec_available(str(column.compression).lower()):
+                raise SchemaError(
+                    f"input file {path}: column {column.path_in_schema!r} is compressed with "
+                    f"{column.compression}, which this pyarrow cannot decompress; rewrite the "
+                    "file with snappy, gzip, zstd, lz4 or brotli"
+                )
 
 
 def _all_present(present: list[str], names: list[str], path: str, *, shown: bool = True) -> None:
@@ -271,6 +323,8 @@ def _read_file_metadata(
     except SchemaError:
         raise
     except (pa.ArrowException, ValueError, EOFError, OSError, KeyError, TypeError) as e:
+        raise _unreadable(path, fmt, names, compression, e) from None
+    except SchemaParseException as e:  # an Avro header fastavro cannot parse (not a ValueError)
         raise _unreadable(path, fmt, names, compression, e) from None
     except CODEC_ERRORS as e:
         raise _unreadable(path, fmt, names, compression, e) from None

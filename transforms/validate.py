@@ -56,7 +56,9 @@ FILE_METADATA_KEY = b"userdp.file"
 
 INT_TEXT = r"^[+-]?[0-9]{1,19}$"
 FLOAT_TEXT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)$"
-_BOOL_TEXT = {"true": True, "false": False, "True": True, "False": False, "1": True, "0": False}
+_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
+"""A declared ``bool`` column's text, in any case (TRUE/FALSE is Excel's and pyarrow's spelling;
+the public-key reader takes the same)."""
 
 
 CLEAN_TEXT = pa.large_string()  # text in clean tables (module docstring)
@@ -95,8 +97,9 @@ def _mask(array: Any) -> np.ndarray:
 def _parse_text(text: pa.ChunkedArray, target: pa.DataType) -> tuple[pa.ChunkedArray, np.ndarray]:
     """Text → ``target``; returns the values (garbage where invalid) and the valid mask."""
     if pa.types.is_boolean(target):
-        valid = _mask(pc.is_in(text, value_set=pa.array(list(_BOOL_TEXT))))
-        values = pa.array([_BOOL_TEXT.get(v) for v in text.to_pylist()], type=pa.bool_())
+        lower = pc.utf8_lower(text)
+        valid = _mask(pc.is_in(lower, value_set=pa.array(list(_BOOL_TEXT))))
+        values = pa.array([_BOOL_TEXT.get(v) for v in lower.to_pylist()], type=pa.bool_())
         return pa.chunked_array([values]), valid
     pattern = INT_TEXT if pa.types.is_integer(target) else FLOAT_TEXT
     valid = _mask(pc.match_substring_regex(text, pattern, ignore_case=True))

@@ -166,3 +166,56 @@ def test_recursion_and_projection_on_schemas() -> None:
     assert p["fields"][1]["type"] == ["null", "string", "long"]
     assert p["fields"][2]["type"][1]["name"] == "ns.P"  # defined here: field a is dropped
     fastavro.parse_schema(p)  # a valid schema
+
+
+ROW = {"person_id": 1, "domain": "a.example", "duration_s": 1.0}
+
+
+@pytest.mark.parametrize(
+    "top", [["null", "RECORD"], "long", {"type": "array", "items": "long"}], ids=str
+)
+def test_an_avro_file_whose_schema_is_not_a_record_is_refused_not_a_crash(
+    tmp_path: Path, top: Any
+) -> None:
+    """A nullable record (Kafka Connect's optional value schema), a primitive or an array at the
+    top crashed the check with an AttributeError (exit 1); now a job error naming the file."""
+    s = ["null", schema()] if top == ["null", "RECORD"] else top
+    rows: list[Any] = [ROW] if top == ["null", "RECORD"] else [7] if top == "long" else [[7]]
+    with open(tmp_path / "x.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(s), rows)
+    with pytest.raises(SchemaError, match=r"x\.avro: its Avro schema is not a record"):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+
+
+def test_an_avro_header_fastavro_cannot_parse_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    """Older Java Avro wrote "default": null on non-null fields; fastavro's SchemaParseException
+    is not a ValueError, and crashed the check (exit 1)."""
+    extra = {"name": "note", "type": "string", "default": "abcd"}
+    write(tmp_path / "x.avro", schema(extra), [{**ROW, "note": "x"}])
+    raw = (tmp_path / "x.avro").read_bytes()
+    (tmp_path / "x.avro").write_bytes(raw.replace(b'"default": "abcd"', b'"default": null  ', 1))
+    with pytest.raises(SchemaError, match=r"x\.avro: cannot be read as avro"):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+
+
+def test_an_avro_codec_without_its_library_is_refused_before_the_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark writes Avro with snappy; fastavro decodes it only with cramjam. Without it the file
+    passed the check and failed after the ledger's charge, as if it were corrupt. The header
+    names the codec, so it is refused at inspection, naming what to install."""
+    write(tmp_path / "x.avro", schema(), [ROW])
+    with open(tmp_path / "x.avro", "rb") as f:
+        assert fastavro.reader(f).metadata["avro.codec"] == "null"
+
+    def missing(*_: Any) -> None:  # what fastavro registers for a codec whose library is absent
+        raise AssertionError("never called at inspection")
+
+    monkeypatch.setitem(fastavro.read.BLOCK_READERS, "null", missing)
+    with pytest.raises(
+        SchemaError, match=r"x\.avro: its Avro blocks are compressed with 'null', which this "
+        r"installation cannot decompress \(fastavro needs its optional library: cramjam"
+    ):  # fmt: skip
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+    monkeypatch.undo()
+    assert inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS) is not None

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.io import run_read_validate
+from userdp.pipelines import input_files
 from userdp.pipelines.sources import SchemaError, inspect_inputs
 
 COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
@@ -280,3 +281,25 @@ def test_an_input_error_is_found_whole_inside_a_runners_wrapping() -> None:
     assert input_error_message(wrapped) == (
         "input file /data/o'brien logs.jsonl.gz: truncated (zlib.error)"
     )
+
+
+def test_a_parquet_codec_this_pyarrow_cannot_decode_is_refused_before_the_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column chunk compressed with LZO (or a codec left out of a pyarrow build) passed the
+    check and failed on a worker after the charge; the footer names it, so it is refused at
+    inspection. Simulated: snappy made unavailable; a column the job does not read is not asked."""
+    table = pa.table({"person_id": [1, 2], "domain": ["a", "b"], "other": [1.0, 2.0]})
+    pq.write_table(table, tmp_path / "x.parquet", compression="snappy")
+    columns = {"person_id": "person", "domain": "key"}
+    available = input_files.codec_available
+    monkeypatch.setattr(input_files, "codec_available", lambda c: c != "snappy" and available(c))
+    assert not input_files.codec_available("lzo")  # what the simulation stands for
+    with pytest.raises(
+        SchemaError, match=r"x\.parquet: column 'person_id' is compressed with SNAPPY, which this "
+        r"pyarrow cannot decompress"
+    ):  # fmt: skip
+        inspect_inputs(str(tmp_path / "x.parquet"), "parquet", columns)
+    pq.write_table(table, tmp_path / "x.parquet", compression={"person_id": "none",
+                   "domain": "none", "other": "snappy"})  # fmt: skip
+    assert inspect_inputs(str(tmp_path / "x.parquet"), "parquet", columns) is not None

@@ -15,8 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.io import run_read_validate
+from userdp.pipelines.public_keys import _typed
 from userdp.pipelines.sources import inspect_inputs
-from userdp.transforms.validate import FILE_METADATA_KEY, ValidateRows, split_table
+from userdp.transforms.validate import (
+    FILE_METADATA_KEY,
+    ValidateRows,
+    _parse_text,
+    split_table,
+)
 
 COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
 
@@ -292,3 +298,14 @@ def test_avro_union_ids_and_dictionary_parquet(tmp_path: Path) -> None:
     assert dead == []
     assert clean.column("__person__").to_pylist() == ["u1", "u1", "u2"]
     assert clean.schema.field("domain").type == pa.large_string()  # text in clean tables
+
+
+def test_a_declared_bool_reads_true_and_false_in_any_case_as_key_files_do() -> None:
+    """Excel and pyarrow write TRUE/FALSE; rows so spelled were all dead letters while the
+    public-key reader took them, so a count by such a column released only noise."""
+    words = ["TRUE", "false", "True", "fAlSe", "1", "0", "yes", " true", ""]
+    values, valid = _parse_text(pa.chunked_array([words]), pa.bool_())
+    read = [v if ok else None for v, ok in zip(values.to_pylist(), valid, strict=True)]
+    assert read == [True, False, True, False, True, False, None, None, None]
+    for word, expected in zip(words[:6], read, strict=False):
+        assert _typed(pa.bool_(), word, 1, "flag") is expected  # one rule for both readers
