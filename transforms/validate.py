@@ -21,7 +21,8 @@ source file in the schema metadata. Output (``docs/release-job-contracts.md`` se
 Person-id rule (the canonical person is a string):
 
 - integer ids become their decimal string (``1`` → ``"1"``; in CSV text, ``"01"`` and ``"+1"`` are
-  integers too → ``"1"``);
+  integers too → ``"1"``); int ids are int64: a uint64 id past it is a dead letter unless
+  ``person_type = "string"``, which reads every uint64 id as its decimal string;
 - string ids are kept exactly as they are — no trimming, no case folding;
 - float ids are refused at schema time (``SchemaError``: cast person ids to int or string);
 - a value whose type differs from the column's declared type (the JSON string ``"1"`` or float
@@ -146,9 +147,11 @@ def _canonical_person(
     """The person-id rule (module docstring); appends the rows it rejects to ``reasons``."""
     ids = table.column(person)
     reasons.append((~_mask(pc.is_valid(ids)), "null or empty person id"))
-    if pa.types.is_uint64(ids.type):  # past int64: a mismatch, as the same id in text is
+    if pa.types.is_uint64(ids.type) and person_type != "string":
+        # past int64: not an int id, as the same id in text is not; with person_type "string"
+        # every uint64 id is its decimal string (hashed 64-bit ids fill the whole range)
         big = pc.greater(ids, pa.scalar(2**63 - 1, pa.uint64()))
-        reasons.append((_mask(big), "person id type mismatch"))
+        reasons.append((_mask(big), 'person id past int64 (declare person_type = "string")'))
         return pc.cast(ids, CLEAN_TEXT)
     if pa.types.is_integer(ids.type):
         return pc.cast(ids, CLEAN_TEXT)

@@ -120,16 +120,22 @@ def test_a_uint64_key_past_int64_and_an_all_null_person_column_are_dead_letters(
         assert [d["reason"] for d in dead] == ["null or empty person id"] * 3
 
 
-def test_a_uint64_person_id_past_int64_is_a_mismatch_as_its_text_is() -> None:
+def test_a_uint64_person_id_past_int64_is_a_dead_letter_unless_ids_are_strings() -> None:
     """The rule for int person ids is int64 (text ids of 20 digits are mismatches): a Parquet
     or Arrow uint64 id above 2^63 - 1 is the same dead letter, not a person."""
     ids = pa.array([2**64 - 1, 5, 2**63 - 1], pa.uint64())
     table = pa.table({"person_id": ids, "domain": ["a"] * 3, "duration_s": [1.0] * 3})
     clean, dead = _split(table, "int")
     assert clean.column("__person__").to_pylist() == ["5", str(2**63 - 1)]
-    assert [d["reason"] for d in dead] == ["person id type mismatch"]
+    assert [d["reason"] for d in dead] == ['person id past int64 (declare person_type = "string")']
     text = pa.table({"person_id": [str(2**64 - 1)], "domain": ["a"], "duration_s": [1.0]})
     assert [d["reason"] for d in _split(text, "int")[1]] == ["person id type mismatch"]
+    # hashed 64-bit ids (ClickHouse's UInt64) fill the range: person_type "string" reads them all,
+    # as the same ids in text are read
+    clean, dead = _split(table, "string")
+    assert clean.column("__person__").to_pylist() == [str(2**64 - 1), "5", str(2**63 - 1)]
+    assert dead == []
+    assert _split(text, "string")[0].column("__person__").to_pylist() == [str(2**64 - 1)]
 
 
 def test_constructor_validates() -> None:
