@@ -28,7 +28,9 @@ def _is_local(path: str) -> bool:
 def _local_files(pattern: str) -> list[tuple[str, int]]:
     """(path, size) of every entry the glob names, each checked to be a readable regular file."""
     pattern = pattern.removeprefix("file://")
-    names = glob.glob(pattern) if glob.has_magic(pattern) else [pattern]
+    # recursive: `**` spans directories, as Beam's matcher does on object stores (there it needs
+    # at least one; here zero or more) — without it a local `**` was one level only
+    names = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
     out = []
     for name in names:
         if not os.path.lexists(name):

@@ -15,6 +15,7 @@ import pytest
 
 from tests.io import run_read_validate
 from userdp.pipelines import input_files
+from userdp.pipelines.input_listing import list_input_files
 from userdp.pipelines.sources import SchemaError, inspect_inputs
 
 COLUMNS = {"person_id": "person", "domain": "key", "duration_s": "number"}
@@ -303,3 +304,15 @@ def test_a_parquet_codec_this_pyarrow_cannot_decode_is_refused_before_the_charge
     pq.write_table(table, tmp_path / "x.parquet", compression={"person_id": "none",
                    "domain": "none", "other": "snappy"})  # fmt: skip
     assert inspect_inputs(str(tmp_path / "x.parquet"), "parquet", columns) is not None
+
+
+def test_a_double_star_glob_spans_directories_as_beam_matches_it(tmp_path: Path) -> None:
+    """`data/**/*.parquet` read only one level of directories locally, while Beam's matcher
+    (object stores) spans any depth: the same job read different files depending on where the
+    data lived. Locally `**` also matches no directory (Python's glob)."""
+    for sub in ("y=2024", "y=2024/m=01", "y=2024/m=01/d=02"):
+        (tmp_path / "data" / sub).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / sub / "part.parquet").write_bytes(b"x")
+    files, _ = list_input_files(str(tmp_path / "data" / "**" / "*.parquet"))
+    depth = sorted(f.count("=") for f in files)
+    assert depth == [1, 2, 3]
