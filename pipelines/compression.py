@@ -196,6 +196,7 @@ class Decompressed(io.RawIOBase):
         self._pending = b""
         self._at = 0  # what of _pending was read already (no copy of the rest per read)
         self._started = False  # the current decompressor has been fed bytes
+        self._after_stream = False  # a stream has ended: zero bytes before the next are padding
 
     def readable(self) -> bool:
         return True
@@ -214,7 +215,7 @@ class Decompressed(io.RawIOBase):
         """Decompress more into ``_pending``; False at the end of the input."""
         if self._d.eof:  # one stream ended: what follows is the next stream, or nothing
             rest = self._d.unused_data
-            self._d, self._started = _Limited(self._codec), False
+            self._d, self._started, self._after_stream = _Limited(self._codec), False, True
             if rest:
                 self._feed(rest)
                 return True
@@ -234,6 +235,12 @@ class Decompressed(io.RawIOBase):
         return True
 
     def _feed(self, block: bytes) -> None:
+        if self._after_stream and not self._started:
+            # zero bytes after a stream: xz's stream padding, or a gzip file padded to a block
+            # (gzip -d and xz -d accept both); no stream of any codec begins with a zero byte
+            block = block.lstrip(b"\0")
+            if not block:
+                return
         self._started = True
         self._pending += self._d.decompress(block, OUT_BYTES)
 

@@ -69,6 +69,26 @@ def test_concatenated_streams_read_as_their_concatenation(tmp_path: Path, codec:
     assert read_all(path) == DATA
 
 
+@pytest.mark.parametrize("codec", ["gzip", "bzip2", "xz", "zstd"])
+@pytest.mark.parametrize("zeros", [4, 512, READ_BYTES + 8])
+def test_zero_padding_after_a_stream_is_the_end_not_a_corrupt_file(
+    tmp_path: Path, codec: str, zeros: int
+) -> None:
+    """xz's stream padding (multiples of 4 zero bytes) and a gzip file padded to a block are
+    valid (`xz -t`, `gzip -dc` accept them); they were refused as unreadable. Zeros between two
+    streams are skipped too; a file that starts with zeros is still not a stream."""
+    suffix, compress = COMPRESS[codec]
+    path = tmp_path / f"padded{suffix}"
+    path.write_bytes(compress(DATA[:1000]) + b"\0" * zeros)
+    assert read_all(path) == DATA[:1000]
+    path.write_bytes(compress(DATA[:1000]) + b"\0" * zeros + compress(DATA[1000:2000]))
+    assert read_all(path) == DATA[:2000]
+    path.write_bytes(b"\0" * 4 + compress(DATA[:1000]))
+    with pytest.raises((OSError, EOFError, ValueError, lzma.LZMAError, zlib.error,
+                        zstandard.ZstdError)):  # fmt: skip
+        read_all(path)
+
+
 STREAMING: dict[str, Callable[[], Any]] = {  # compressors fed piece by piece
     "gzip": lambda: zlib.compressobj(6, zlib.DEFLATED, 31),
     "bzip2": bz2.BZ2Compressor,
