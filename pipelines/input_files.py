@@ -164,11 +164,11 @@ def _metadata_families(
     as "declared" (types come from the job file); JSONL: None (no metadata)."""
     if fmt == "parquet":
         with FileSystems.open(path) as f:
-            schema = pq.read_schema(f)
+            footer = pq.ParquetFile(f)  # one read of the footer: schema and column chunks
+            schema, meta = footer.schema_arrow, footer.metadata
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
-        with FileSystems.open(path) as f:
-            _parquet_codecs_readable(pq.ParquetFile(f).metadata, names, path)
+        _parquet_codecs_readable(meta, names, path)
         return {n: arrow_family(schema.field(n).type) for n in names}
     if fmt == "avro":
         with FileSystems.open(path) as f:
@@ -230,12 +230,15 @@ def _parquet_codecs_readable(meta: pq.FileMetaData, names: list[str], path: str)
     """Refuses, before the charge, a Parquet file whose requested columns are compressed with a
     codec this pyarrow cannot decode (LZO; a build without one) — the footer says so."""
     wanted = set(names)
+    leaves = [
+        i
+        for i in range(meta.num_columns)
+        if {(p := meta.schema.column(i).path), p.split(".")[0]} & wanted
+    ]
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
-        for c in range(group.num_columns):
-            column = group.column(c)
-            if not {column.path_in_schema, column.path_in_schema.split(".")[0]} & wanted:
-                continue
+        for i in leaves:
+            column = group.column(i)
             if not codec_available(str(column.compression).lower()):
                 raise SchemaError(
                     f"input file {path}: column {column.path_in_schema!r} is compressed with "
