@@ -122,7 +122,11 @@ def print_tune_result(result: Any) -> None:
         )
     else:
         print(f"spent pure ε = {float(result.epsilon):g} on the measurements")
-        print("expected |error| per partition (clipped rows spread over the partitions + noise):")
+        print(
+            "expected |error| per partition (clipped rows spread over the partitions + noise), "
+            "as far as the noisy histograms show it — heavy tails they cannot see make it larger "
+            "(docs/tuning.md, 'What the stated error leaves out'):"
+        )
     for r in result.recommendations:
         print(
             f"  {r.query}: current {setting_text(r.old)} → {r.old.shown_error:.4g}; "

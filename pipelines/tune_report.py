@@ -66,6 +66,8 @@ def _curve_chart(r: Recommendation, axis: str) -> str | None:
     other = "C" if axis == "L" else "L"
     xlabel = "L: partitions per person" if axis == "L" else "C: rows per person and partition"
     title = f"{r.query}: error vs {axis}" + (f" ({other} = {fixed})" if fixed else "")
+    if r.new.bounds is not None:  # a sum or mean: each (L, C) was scored at its own best bounds
+        title += ", each point at its own best bounds"
     return _finish(fig, ax, xlabel, title)
 
 
@@ -92,7 +94,9 @@ def _budget_chart(r: Recommendation) -> str:
     fig, ax = plt.subplots(figsize=(7, 3.8))
     xs = [f for f, _, _ in points]
     ax.plot(xs, [c for _, c, _ in points], marker="o", label="recommended bounds, fixed")
-    ax.plot(xs, [b for _, _, b in points], linestyle="--", label="best bounds at each budget")
+    best = "best (L, C) at each budget"  # bounds, for a sum or mean, as chosen at × 1
+    best += ", value bounds as chosen at × 1" if r.new.bounds is not None else ""
+    ax.plot(xs, [b for _, _, b in points], linestyle="--", label=best)
     ax.scatter([1.0], [r.new.shown_error], s=120, color="#2a9d55", zorder=5,
                label="this job (its share × 1)")  # fmt: skip
     xlabel = "the query's budget, as a multiple of its share in this job"
@@ -121,7 +125,11 @@ def render_tuning(
         f"(pure ε = {epsilon:.4g}, charged to the ledger when the job has one). Every curve is "
         "a model evaluated on those noisy measurements and the job's plan: the expected absolute "
         "error per partition against the unbounded truth — rows clipped by the bounds, spread "
-        "over the partitions, plus the noise's mean absolute value.</p>",
+        "over the partitions, plus the noise's mean absolute value — <b>as far as the "
+        "measurements show it</b>: histogram cells below the noise threshold and rows beyond "
+        "256 per person and partition are left out, so where many persons each hold a few of "
+        "the rows, or a few hold very many (heavy tails), the true error is larger, up to "
+        "10–100× on a Zipf log (docs/tuning.md, 'What the stated error leaves out').</p>",
         "<table><tr><th>query</th><th>metric</th><th>current</th><th>expected error</th>"
         "<th>recommended</th><th>expected error</th><th>current / recommended</th>"
         "<th>partitions</th></tr>",

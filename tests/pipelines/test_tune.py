@@ -252,6 +252,12 @@ def test_the_new_job_file_is_written_beside_and_the_original_untouched(logs: Pat
         ["manifest.json", "measurements.json", "report.html"]
     )
     assert manifest["tuned_job_file"] == first.job_file
+    # the report says what its number leaves out, and what each curve holds fixed (an audit:
+    # a mean's "error vs L" changed its bounds at every point without saying so)
+    report = (logs / "t1" / "report.html").read_text()
+    assert "as far as the measurements show it" in report
+    assert "mean_duration: error vs L" in report and "each point at its own best bounds" in report
+    assert "value bounds as chosen at × 1" in report
 
 
 def test_a_job_file_tune_cannot_edit_still_gets_its_report(
