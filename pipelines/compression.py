@@ -197,6 +197,12 @@ class Decompressed(io.RawIOBase):
         self._at = 0  # what of _pending was read already (no copy of the rest per read)
         self._started = False  # the current decompressor has been fed bytes
         self._after_stream = False  # a stream has ended: zero bytes before the next are padding
+        # only where no stream of the codec begins with a zero byte: gzip (1f 8b), bzip2 (BZh),
+        # zstd (28 b5 2f fd, or a skippable frame's 5x 2a 4d 18) and the .xz format (fd 37 7a 58
+        # 5a 00) — never raw deflate (a stored block may begin 00) nor a legacy .lzma stream
+        # (its properties byte may be 00), which the xz reader also takes
+        self._pads = codec in ("gzip", "bzip2", "zstd") or codec == "xz"
+        self._head = b""  # the file's first bytes, to tell .xz from legacy .lzma
 
     def readable(self) -> bool:
         return True
@@ -235,7 +241,10 @@ class Decompressed(io.RawIOBase):
         return True
 
     def _feed(self, block: bytes) -> None:
-        if self._after_stream and not self._started:
+        if len(self._head) < 6:
+            self._head += block[: 6 - len(self._head)]
+        pads = self._pads and (self._codec != "xz" or self._head == b"\xfd7zXZ\x00")
+        if pads and self._after_stream and not self._started:
             # zero bytes after a stream: xz's stream padding, or a gzip file padded to a block
             # (gzip -d and xz -d accept both); no stream of any codec begins with a zero byte
             block = block.lstrip(b"\0")

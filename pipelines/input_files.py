@@ -164,7 +164,7 @@ def _metadata_families(
     as "declared" (types come from the job file); JSONL: None (no metadata)."""
     if fmt == "parquet":
         with FileSystems.open(path) as f:
-            footer = pq.ParquetFile(f)  # one read of the footer: schema and column chunks
+            footer = pq.ParquetFile(f)  # the footer: schema and column chunks
             schema, meta = footer.schema_arrow, footer.metadata
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
@@ -207,14 +207,20 @@ def _metadata_families(
 def _avro_codec_readable(codec: str, path: str) -> None:
     """Refuses, before the charge, an Avro file whose blocks this installation cannot decompress
     (the codec is in the header). fastavro registers snappy, zstandard and lz4 readers that
-    raise when their library (cramjam, zstandard, lz4) is missing; it names them ``missing``."""
+    raise when their optional library is missing (which one depends on fastavro's version and
+    Python's); it names them ``missing``, and their message names the library."""
     block_reader = fastavro.read.BLOCK_READERS.get(codec)
     if block_reader is None or getattr(block_reader, "__name__", "") == "missing":
+        need = "fastavro knows no such codec"
+        if block_reader is not None:
+            try:  # the stub raises at once, naming the library it needs (its text, not data)
+                block_reader(None)
+            except ValueError as e:
+                need = f"fastavro: {e}"
         raise SchemaError(
             f"input file {path}: its Avro blocks are compressed with {codec!r}, which this "
-            "installation cannot decompress (fastavro needs its optional library: cramjam for "
-            "snappy, zstandard, lz4); install it, or rewrite the file with deflate, bzip2, xz "
-            "or no compression"
+            f"installation cannot decompress ({need}); install that library, or rewrite the "
+            "file with deflate, bzip2, xz or no compression"
         )
 
 

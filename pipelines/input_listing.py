@@ -31,6 +31,8 @@ def _local_files(pattern: str) -> list[tuple[str, int]]:
     # recursive: `**` spans directories, as Beam's matcher does on object stores (there it needs
     # at least one; here zero or more) — without it a local `**` was one level only
     names = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
+    if "**" in pattern:  # `data/**` names the files under data/, as Beam lists them (no dirs)
+        names = [n for n in names if not os.path.isdir(n)]
     out = []
     for name in names:
         if not os.path.lexists(name):

@@ -89,6 +89,23 @@ def test_zero_padding_after_a_stream_is_the_end_not_a_corrupt_file(
         read_all(path)
 
 
+def test_streams_that_may_begin_with_a_zero_byte_still_concatenate(tmp_path: Path) -> None:
+    """Zeros are skipped only where no stream begins with one: a raw-deflate stream that opens
+    with a stored block, or a legacy .lzma stream with properties byte 0, read as before."""
+    first = _deflate(DATA[:100])
+    stored = zlib.compressobj(0, zlib.DEFLATED, -15)
+    second = stored.compress(DATA[100:200]) + stored.flush(zlib.Z_FULL_FLUSH) + stored.flush()
+    assert second[0] == 0  # a non-final stored block's header
+    (tmp_path / "two.deflate").write_bytes(first + second)
+    assert read_all(tmp_path / "two.deflate") == DATA[:200]
+    filters = [{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]
+    alone = [lzma.compress(d, format=lzma.FORMAT_ALONE, filters=filters)
+             for d in (DATA[:100], DATA[100:200])]  # fmt: skip
+    assert alone[1][0] == 0  # the properties byte
+    (tmp_path / "two.lzma").write_bytes(alone[0] + alone[1])
+    assert read_all(tmp_path / "two.lzma", "xz") == DATA[:200]
+
+
 STREAMING: dict[str, Callable[[], Any]] = {  # compressors fed piece by piece
     "gzip": lambda: zlib.compressobj(6, zlib.DEFLATED, 31),
     "bzip2": bz2.BZ2Compressor,

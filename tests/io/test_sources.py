@@ -316,3 +316,7 @@ def test_a_double_star_glob_spans_directories_as_beam_matches_it(tmp_path: Path)
     files, _ = list_input_files(str(tmp_path / "data" / "**" / "*.parquet"))
     depth = sorted(f.count("=") for f in files)
     assert depth == [1, 2, 3]
+    # `data/**` names every file under data/ (Beam lists no directories); it refused them all
+    (tmp_path / "data" / "top.parquet").write_bytes(b"x")
+    files, _ = list_input_files(str(tmp_path / "data" / "**"))
+    assert sorted(f.count("=") for f in files) == [0, 1, 2, 3]
