@@ -116,19 +116,26 @@ def test_migrates_a_version_1_ledger_keeping_its_data(tmp_path: Path) -> None:
     assert len(schema(path)[1]) == 2 and schema(path)[2] == [1, 2, 3, 4]
 
 
+def written_by(path: Path, versions: int) -> sqlite3.Connection:
+    """A connection to ``path`` holding the schema of migrations 1 … ``versions`` and their
+    records: a ledger as an older userdp left it, for a test to add rows to."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE ledger_schema_migrations (version INTEGER PRIMARY KEY, "
+               "name TEXT NOT NULL, applied_at TEXT NOT NULL)")  # fmt: skip
+    for m in MIGRATIONS[:versions]:
+        for statement in statements_for(m, "sqlite"):
+            db.execute(statement)
+        db.execute("INSERT INTO ledger_schema_migrations VALUES (?, 'v', 'then')", (m.version,))
+    return db
+
+
 def test_migrating_to_version_3_keys_the_stored_input_fingerprints(tmp_path: Path) -> None:
     """A version-2 ledger holds plain fingerprints (digests of the files' sizes); version 3 keys
     each with a new per-release key, and a re-run of such a release on the same files stays free."""
     path = tmp_path / "ledger.sqlite"
     path.touch(mode=0o600)
     plain = "sha256:" + "ab" * 32
-    with sqlite3.connect(path) as db:  # a ledger written by a userdp that knew versions 1 and 2
-        db.execute("CREATE TABLE ledger_schema_migrations (version INTEGER PRIMARY KEY, "
-                   "name TEXT NOT NULL, applied_at TEXT NOT NULL)")  # fmt: skip
-        for m in MIGRATIONS[:2]:
-            for statement in statements_for(m, "sqlite"):
-                db.execute(statement)
-            db.execute("INSERT INTO ledger_schema_migrations VALUES (?, 'v', 'then')", (m.version,))
+    with written_by(path, 2) as db:  # a ledger written by a userdp that knew versions 1 and 2
         db.execute("INSERT INTO ledger_scopes (scope, kind, cap_main, cap_delta, spent_main, "
                    "spent_delta, created_at, updated_at) VALUES "
                    "('logs', 'approx', '1/1', '0/1', '1/3', '0/1', 'then', 'then')")  # fmt: skip
@@ -155,13 +162,7 @@ def test_migrating_to_version_4_records_what_each_period_was_charged(tmp_path: P
     cancelling such a release takes back what it charged, not the new rate."""
     path = tmp_path / "ledger.sqlite"
     path.touch(mode=0o600)
-    with sqlite3.connect(path) as db:  # a ledger written by a userdp that knew versions 1 to 3
-        db.execute("CREATE TABLE ledger_schema_migrations (version INTEGER PRIMARY KEY, "
-                   "name TEXT NOT NULL, applied_at TEXT NOT NULL)")  # fmt: skip
-        for m in MIGRATIONS[:3]:
-            for statement in statements_for(m, "sqlite"):
-                db.execute(statement)
-            db.execute("INSERT INTO ledger_schema_migrations VALUES (?, 'v', 'then')", (m.version,))
+    with written_by(path, 3) as db:  # a ledger written by a userdp that knew versions 1 to 3
         db.execute(
             "INSERT INTO ledger_scopes (scope, kind, cap_main, cap_delta, period_cap_main, "
             "period_cap_delta, spent_main, spent_delta, created_at, updated_at) VALUES "
