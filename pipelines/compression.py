@@ -201,7 +201,7 @@ class Decompressed(io.RawIOBase):
         # zstd (28 b5 2f fd, or a skippable frame's 5x 2a 4d 18) and the .xz format (fd 37 7a 58
         # 5a 00) — never raw deflate (a stored block may begin 00) nor a legacy .lzma stream
         # (its properties byte may be 00), which the xz reader also takes
-        self._pads = codec in ("gzip", "bzip2", "zstd") or codec == "xz"
+        self._pads = codec in ("gzip", "bzip2", "zstd", "xz")
         self._head = b""  # the file's first bytes, to tell .xz from legacy .lzma
 
     def readable(self) -> bool:
@@ -246,7 +246,7 @@ class Decompressed(io.RawIOBase):
         pads = self._pads and (self._codec != "xz" or self._head == b"\xfd7zXZ\x00")
         if pads and self._after_stream and not self._started:
             # zero bytes after a stream: xz's stream padding, or a gzip file padded to a block
-            # (gzip -d and xz -d accept both); no stream of any codec begins with a zero byte
+            # (gzip -d and xz -d accept both); no stream of these codecs begins with a zero byte
             block = block.lstrip(b"\0")
             if not block:
                 return
