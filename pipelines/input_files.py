@@ -159,9 +159,10 @@ def _duplicated(names: list[str], wanted: list[str], path: str) -> None:
 
 def _metadata_families(
     path: str, fmt: str, names: list[str], compression: str
-) -> dict[str, str] | None:
-    """Family of each requested column in a Parquet/Avro file's schema; CSV: the header's names
-    as "declared" (types come from the job file); JSONL: None (no metadata)."""
+) -> tuple[dict[str, str] | None, int]:
+    """(family of each requested column in a Parquet/Avro file's schema — CSV: the header's
+    names as "declared", types come from the job file; JSONL: None, no metadata — and the
+    Parquet row groups, 0 for the other formats)."""
     if fmt == "parquet":
         with FileSystems.open(path) as f:
             footer = pq.ParquetFile(f)  # the footer: schema and column chunks
@@ -169,7 +170,7 @@ def _metadata_families(
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
         _parquet_codecs_readable(meta, names, path)
-        return {n: arrow_family(schema.field(n).type) for n in names}
+        return {n: arrow_family(schema.field(n).type) for n in names}, meta.num_row_groups
     if fmt == "avro":
         with FileSystems.open(path) as f:
             reader = fastavro.reader(f)
@@ -188,20 +189,20 @@ def _metadata_families(
         if (refused := avro_refusal(writer_schema, names)) is not None:
             raise SchemaError(f"input file {path}: {refused}")
         found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
-        return {n: (found[n][0] if found[n] else "null") for n in names}
+        return {n: (found[n][0] if found[n] else "null") for n in names}, 0
     if fmt == "csv":
         header = csv_header(path, compression)
         if header is None:
-            return None  # a file with no bytes has no rows
+            return None, 0  # a file with no bytes has no rows
         _duplicated(header, names, path)
         # A first line naming none of the job's columns may be a data row (a file without a
         # header): its fields are then never shown.
         _all_present(header, names, path, shown=any(n in header for n in names))
-        return {n: "declared" for n in names}
+        return {n: "declared" for n in names}, 0
     if codec_of(path, compression) != "none":  # JSONL: no header, but a compressed file whose
         with open_input(path, compression) as f:  # start does not decompress is refused now,
             f.read(1)  # before the charge, as a CSV's header is (nothing read is shown)
-    return None
+    return None, 0
 
 
 def _avro_codec_readable(codec: str, path: str) -> None:
@@ -324,11 +325,7 @@ def _read_file_metadata(
     if refused is not None:
         raise SchemaError(f"input file {path}: {refused}")
     try:
-        families = _metadata_families(path, fmt, names, compression)
-        groups = 0
-        if fmt == "parquet":
-            with FileSystems.open(path) as f:
-                groups = pq.ParquetFile(f).metadata.num_row_groups
+        families, groups = _metadata_families(path, fmt, names, compression)
     except SchemaError:
         raise
     except (pa.ArrowException, ValueError, EOFError, OSError, KeyError, TypeError) as e:

@@ -64,7 +64,7 @@ from userdp.transforms.params import (
 
 from ..config import ConfigError, QueryConfig
 from .base import PlanContext
-from .mechanism_manifest import describe_noise, describe_selection
+from .mechanism_manifest import describe_noise, describe_selection, describe_selection_count
 
 if TYPE_CHECKING:
     from .shared_selection import SelectionPlan
@@ -130,18 +130,11 @@ class QueryPlan:
         return math.hypot(self.stddev, h * self.count_stddev) / max(1.0, rows)
 
     def _drawn_noise(self) -> dict[str, Any]:
-        """The noise the released value carries: the statistic's own, or — for ``persons`` read
-        off the selection — the selection's discrete Laplace count (its ``budget`` above is the
-        share this query moved into the selection), never a noise that is not drawn."""
+        """The noise the released value carries: the statistic's own, or for ``persons`` read
+        off the selection the selection's count (its ``budget`` is the share moved into it)."""
         s = self.params.selection
         if self.releases_selection_count and isinstance(s, LaplaceThresholding):
-            return {
-                "kind": "discrete_laplace",
-                "scale": float(s.scale),
-                "scale_exact": str(s.scale),
-                "of": "the partition selection's noisy count of persons, released as the value "
-                "(conditioned on passing the selection's threshold: biased up near it)",
-            }
+            return describe_selection_count(s)
         return describe_noise(self.params.noise)
 
     def to_manifest(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from userdp.transforms.mechanisms.additive import LaplaceMechanism
+from userdp.transforms.mechanisms.discrete import discrete_laplace_std
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
     LaplaceThresholding,
@@ -41,6 +42,18 @@ def describe_noise(m: NoiseMechanism) -> dict[str, Any]:
         "l2_sensitivity": m.l2_sensitivity,
         "stddev": m.std,
         "granularity": m.granularity,
+    }
+
+
+def describe_selection_count(s: LaplaceThresholding) -> dict[str, Any]:
+    """The noise of a ``persons`` value read off the selection's noisy count: that draw's
+    discrete Laplace, not a noise of its own (none is drawn)."""
+    return {
+        "kind": "discrete_laplace",
+        "scale": exact_number(s.scale),
+        "stddev": discrete_laplace_std(s.scale),
+        "of": "the partition selection's noisy count of persons, released as the value "
+        "(conditioned on passing the selection's threshold: biased up near it)",
     }
 
 

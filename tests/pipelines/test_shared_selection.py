@@ -115,6 +115,9 @@ def test_the_library_aggregate_releases_one_key_set(tmp_path: Path) -> None:
     assert selection["noisy_count_released_by"] == "the persons member"
     persons = next(q for q in manifest["queries"] if q["name"] == "persons")
     assert persons["statistic"]["drawn_from"] == "selection noisy count"
+    # the noise it states is the selection's draw, not a Laplace draw that is never made
+    assert persons["statistic"]["mechanism"]["kind"] == "discrete_laplace"
+    assert persons["statistic"]["mechanism"]["scale"] == selection["rule"]["scale"]
     assert (
         manifest["spent"]["epsilon_exact"] == "3" and manifest["spent"]["delta_exact"] == "3/500000"
     )
