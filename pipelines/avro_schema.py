@@ -129,11 +129,30 @@ def recursive_type(schema: Any) -> str | None:
     return walk(schema, ())
 
 
-def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
-    """A reader schema of the writer's top-level record holding only the fields ``names`` (in
-    the writer's order), with every ``logicalType`` removed (module docstring). A named type that
-    a kept field references but an unread field defined is defined again where first used."""
-    definitions = _definitions(schema)
+def row_record(schema: Any) -> tuple[dict[str, Any], bool] | None:
+    """The record type of a file's rows, and whether a row may be null: the top-level record,
+    or the record of a ``["null", record]`` union (Kafka Connect's Avro converter writes an
+    optional value schema so; a null row is a dead letter, ``malformed record``). None for any
+    other top-level type: a union of records, an array, a primitive."""
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        return schema, False
+    if isinstance(schema, list) and len(schema) == 2 and "null" in schema:
+        other = schema[1 - schema.index("null")]
+        if isinstance(other, dict) and other.get("type") == "record":
+            return other, True
+    return None
+
+
+def projection(schema: Any, names: Sequence[str]) -> Any:
+    """A reader schema of the writer's row record (:func:`row_record`) holding only the fields
+    ``names`` (in the writer's order), with every ``logicalType`` removed (module docstring);
+    a ``["null", record]`` writer gets ``["null", that record]``. A named type that a kept field
+    references but an unread field defined is defined again where first used."""
+    found = row_record(schema)
+    if found is None:
+        raise ValueError("the Avro schema's rows are not records")  # refusal() says so first
+    record, nullable = found
+    definitions = _definitions(record)
     emitted: set[str] = set()
 
     def plain(t: Any) -> Any:
@@ -163,17 +182,27 @@ def projection(schema: Any, names: Sequence[str]) -> dict[str, Any]:
     wanted = set(names)
     fields = [
         {**fd, "type": plain(fd.get("type"))}
-        for fd in schema.get("fields", [])
+        for fd in record.get("fields", [])
         if fd.get("name") in wanted
     ]
-    top = {k: v for k, v in schema.items() if k not in ("fields", "logicalType")}
-    return {**top, "fields": fields}
+    top = {k: v for k, v in record.items() if k not in ("fields", "logicalType")}
+    projected = {**top, "fields": fields}
+    return ["null", projected] if nullable else projected
 
 
 def refusal(schema: Any, columns: Sequence[str]) -> str | None:
-    """Why a file of this writer schema is not read (module docstring), or None: a recursive
-    type anywhere, or a logical type in a column the job reads. One sentence, metadata only; the
-    inspection (before any charge) and the reader (a file changed since) both ask it."""
+    """Why a file of this writer schema is not read (module docstring), or None: rows that are
+    not records (:func:`row_record`), a recursive type anywhere, or a logical type in a column
+    the job reads. One sentence, metadata only; the inspection (before any charge) and the
+    reader (a file changed since) both ask it."""
+    found = row_record(schema)
+    if found is None:
+        return (
+            "its Avro schema is not a record (a union, array or primitive at the top): userdp "
+            "reads one row per record, from a record or a ['null', record] schema; write the "
+            "rows as records"
+        )
+    record = found[0]
     recursive = recursive_type(schema)
     if recursive is not None:
         return (
@@ -181,8 +210,8 @@ def refusal(schema: Any, columns: Sequence[str]) -> str | None:
             "own type); userdp does not read such files, since one deeply nested value would "
             "stop the reader: write the file without it"
         )
-    read, definitions = set(columns), _definitions(schema)
-    for fd in schema.get("fields", []):
+    read, definitions = set(columns), _definitions(record)
+    for fd in record.get("fields", []):
         if fd.get("name") in read and (logical := logical_types(fd.get("type"), definitions)):
             return (
                 f"column {fd['name']!r} has the Avro logical type {logical[0]!r}; a column the "

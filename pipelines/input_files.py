@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from fastavro.schema import SchemaParseException
 
-from .avro_schema import avro_families
+from .avro_schema import avro_families, row_record
 from .avro_schema import refusal as avro_refusal
 from .compression import CODEC_ERRORS, codec_of, open_input, refusal
 from .input_listing import SchemaError, list_input_files
@@ -176,19 +176,17 @@ def _metadata_families(
             reader = fastavro.reader(f)
             writer_schema: Any = reader.writer_schema
             codec = str(reader.metadata.get("avro.codec", "null"))
-        if not isinstance(writer_schema, dict) or writer_schema.get("type") != "record":
-            raise SchemaError(
-                f"input file {path}: its Avro schema is not a record (a union, array or "
-                "primitive at the top): userdp reads one row per record; write the rows as "
-                "records (a nullable ['null', record] schema too must be written as the record)"
-            )
+        rows = row_record(writer_schema)
+        if rows is None:  # refusal() words it
+            raise SchemaError(f"input file {path}: {avro_refusal(writer_schema, names)}")
+        record = rows[0]
         _avro_codec_readable(codec, path)
-        fields = [fd["name"] for fd in writer_schema.get("fields", [])]
+        fields = [fd["name"] for fd in record.get("fields", [])]
         _duplicated(fields, names, path)
         _all_present(fields, names, path)
         if (refused := avro_refusal(writer_schema, names)) is not None:
             raise SchemaError(f"input file {path}: {refused}")
-        found = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
+        found = {fd["name"]: avro_families(fd["type"]) for fd in record["fields"]}
         return {n: (found[n][0] if found[n] else "null") for n in names}, 0
     if fmt == "csv":
         header = csv_header(path, compression)

@@ -182,7 +182,8 @@ def run_release(
     n = len(c.schema.files)
     progress.stage(
         # no size: the input's bytes depend on every person's rows (docs/threat-model.md)
-        f"{n} input file{'s' * (n != 1)}, {len(job.queries)} queries, runner {job.runner.name}"
+        f"{n} input file{'s' * (n != 1)}, {len(job.queries)} "
+        f"quer{'y' if len(job.queries) == 1 else 'ies'}, runner {job.runner.name}"
     )
     reservation: Reservation | None = None
     staging: Staging | None = None

@@ -39,7 +39,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from userdp.transforms.validate import FILE_METADATA_KEY
 
-from .avro_schema import avro_families, projection
+from .avro_schema import avro_families, projection, row_record
 from .avro_schema import refusal as avro_refusal
 from .compression import open_input
 from .input_files import (
@@ -165,7 +165,10 @@ class _ReadFile(beam.DoFn):
             reader_schema=projection(writer_schema, self._schema.columns),
             handle_unicode_errors="surrogateescape",
         )
-        fields = {fd["name"]: avro_families(fd["type"]) for fd in writer_schema["fields"]}
+        rows = row_record(writer_schema)
+        assert rows is not None  # refusal() refused any other schema above
+        row_type, nullable = rows
+        fields = {fd["name"]: avro_families(fd["type"]) for fd in row_type["fields"]}
         single = all(len(fields[c]) == 1 for c in self._schema.columns)
         target = self._schema.arrow_schema()
         # The person column is read in the file's own type, as from Parquet: the declared
@@ -182,13 +185,17 @@ class _ReadFile(beam.DoFn):
         for record in reader:
             chunk.append(record)
             if len(chunk) >= CHUNK_ROWS:
-                yield self._avro_table(chunk, single, target)
+                yield self._avro_table(chunk, single, nullable, target)
                 chunk = []
         if chunk:
-            yield self._avro_table(chunk, single, target)
+            yield self._avro_table(chunk, single, nullable, target)
 
-    def _avro_table(self, records: list[Any], single: bool, target: pa.Schema) -> pa.Table:
-        if single:  # one type per column: fast, unless a string holds bytes that are not UTF-8
+    def _avro_table(
+        self, records: list[Any], single: bool, nullable: bool, target: pa.Schema
+    ) -> pa.Table:
+        # A null row of a ["null", record] file is a dead letter: the slow path says so.
+        if single and not (nullable and any(r is None for r in records)):
+            # one type per column: fast, unless a string holds bytes that are not UTF-8
             try:
                 return pa.table(
                     {fd.name: pa.array([r[fd.name] for r in records], fd.type) for fd in target}

@@ -172,20 +172,71 @@ def test_recursion_and_projection_on_schemas() -> None:
 ROW = {"person_id": 1, "domain": "a.example", "duration_s": 1.0}
 
 
+TWO_RECORDS = [
+    {"type": "record", "name": "A", "fields": [{"name": "person_id", "type": "long"}]},
+    {"type": "record", "name": "B", "fields": [{"name": "person_id", "type": "long"}]},
+]
+
+
 @pytest.mark.parametrize(
-    "top", [["null", "RECORD"], "long", {"type": "array", "items": "long"}], ids=str
+    "top", ["TWO_RECORDS", "long", {"type": "array", "items": "long"}], ids=str
 )
 def test_an_avro_file_whose_schema_is_not_a_record_is_refused_not_a_crash(
     tmp_path: Path, top: Any
 ) -> None:
-    """A nullable record (Kafka Connect's optional value schema), a primitive or an array at the
-    top crashed the check with an AttributeError (exit 1); now a job error naming the file."""
-    s = ["null", schema()] if top == ["null", "RECORD"] else top
-    rows: list[Any] = [ROW] if top == ["null", "RECORD"] else [7] if top == "long" else [[7]]
+    """A union of two records, a primitive or an array at the top crashed the check with an
+    AttributeError (exit 1); now a job error naming the file."""
+    s = TWO_RECORDS if top == "TWO_RECORDS" else top
+    rows: list[Any] = (
+        [{"person_id": 1}] if top == "TWO_RECORDS" else [7] if top == "long" else [[7]]
+    )
     with open(tmp_path / "x.avro", "wb") as f:
         fastavro.writer(f, fastavro.parse_schema(s), rows)
     with pytest.raises(SchemaError, match=r"x\.avro: its Avro schema is not a record"):
         inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+
+
+@pytest.mark.parametrize("null_first", [True, False])
+def test_a_nullable_record_file_is_read_and_its_null_rows_are_dead_letters(
+    tmp_path: Path, null_first: bool
+) -> None:
+    """Kafka Connect's Avro converter writes an optional value schema, ``["null", record]``.
+    Such files were refused; their records are rows now, a null one a dead letter (on the fast
+    path's chunk and on one without nulls alike), and an unread column's logical type is still
+    never converted (the projection is a ``["null", record]`` union too)."""
+    record = schema(EVENT)
+    top = ["null", record] if null_first else [record, "null"]
+    rows: list[Any] = [
+        {**ROW, "person_id": 1, "event_time": YEAR_10000_MS},
+        None,
+        {**ROW, "person_id": 2, "event_time": 0},
+    ]
+    with open(tmp_path / "x.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(top), rows)
+    s = inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+    clean, dead = run_read_validate(s, str(tmp_path / "run"))
+    assert clean.column("__person__").to_pylist() == ["1", "2"]
+    assert [(d["reason"], d["line"]) for d in dead] == [("malformed record", "null")]
+    # without a null row the chunk takes the fast path: the same rows
+    with open(tmp_path / "y.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(top), [rows[0], rows[2]])
+    s = inspect_inputs(str(tmp_path / "y.avro"), "avro", COLUMNS)
+    clean, dead = run_read_validate(s, str(tmp_path / "run2"))
+    assert clean.column("__person__").to_pylist() == ["1", "2"] and dead == []
+
+
+def test_a_nullable_record_files_read_column_is_checked_like_a_records(tmp_path: Path) -> None:
+    """The column checks look inside the union: a read column's logical type is refused."""
+    ts = {"type": "long", "logicalType": "timestamp-millis"}
+    top = ["null", schema(domain=("null", "string", ts))]
+    with open(tmp_path / "x.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(top), [ROW])
+    with pytest.raises(SchemaError, match=r"column 'domain' has the Avro logical type"):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+    with open(tmp_path / "x.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(["null", schema()]), [ROW])
+    with pytest.raises(SchemaError, match=r"column 'missing' \(named in the job file\) is missing"):
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", {**COLUMNS, "missing": "key"})
 
 
 def test_an_avro_header_fastavro_cannot_parse_is_unreadable_not_a_crash(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from userdp.pipelines.progress import Progress
 PREFIX = r"\[ *\d+\.\d s\] "
 TEMPLATES = [
     r"checking the job file, its inputs and the output location \(.*job\.toml\)",
-    r"\d+ input files?, \d+ queries, runner direct",  # no size: it depends on the data
+    r"\d+ input files?, \d+ quer(y|ies), runner direct",  # no size: it depends on the data
     r"running the pipeline on direct \(\d+ output files?\) …",
     r"running the pipeline on direct \(\d+ output files?\): done in \d+\.\d s",
     r"publishing \d+ output files? and the manifest in .*release/",
