@@ -1,11 +1,12 @@
 """``release.ByPerson(...)``: any PCollection of rows → the release's persons, validated once.
 
-The one entry into a release. It turns elements — Python dicts, ``beam.Row``\\ s or NamedTuples
-(the convenient path), or ``pyarrow`` tables / record batches (the fast path) — into the raw
-tables of ``docs/release-job-contracts.md`` and validates them exactly like the job file's
-reader does (:mod:`.validate`): one canonical person id (a string), key columns in their
-declared type, value columns as float64; a row with a null, NaN, an unparsable value or a value
-of another type than declared goes to ``dead_letter`` (raw private data: the operator's only).
+The one entry into a release. It turns elements — Python dicts, ``beam.Row``\\ s, NamedTuples
+or dataclass instances (the convenient path), or ``pyarrow`` tables / record batches (the fast
+path) — into the raw tables of ``docs/release-job-contracts.md`` and validates them exactly like
+the job file's reader does (:mod:`.validate`): one canonical person id (a string), key columns
+in their declared type, value columns as float64; a row with a null, NaN, an unparsable value or
+a value of another type than declared goes to ``dead_letter`` (raw private data: the operator's
+only).
 
 Types come from the caller (``keys={"domain": "string"}``, ``values=["duration_s"]``,
 ``person_type``), never from the values: a column's type, and so the output schemas, cannot
@@ -20,6 +21,7 @@ shuffle by person (built on first use, shared by every metric) there.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,12 +103,16 @@ def _check_one_batch(rows: PCollection[Any]) -> None:
 
 
 def _as_record(element: Any) -> Any:
-    """dict / any Mapping / beam.Row / NamedTuple → dict; anything else is passed on (a
-    malformed record: its text goes with its dead letter). A user's mapping whose reading
-    raises is passed on as it is too: its row is a dead letter, never a failed step."""
+    """dict / any Mapping / beam.Row / NamedTuple / dataclass instance → dict; anything else is
+    passed on (a malformed record: its text goes with its dead letter). A user's mapping whose
+    reading raises is passed on as it is too: its row is a dead letter, never a failed step.
+    A dataclass's fields are read one level deep (not ``dataclasses.asdict``, which deep-copies
+    every value)."""
     try:
         if isinstance(element, Mapping):
             return element if isinstance(element, dict) else dict(element)
+        if dataclasses.is_dataclass(element) and not isinstance(element, type):
+            return {f.name: getattr(element, f.name) for f in dataclasses.fields(element)}
         as_dict = getattr(element, "_asdict", None)
         return as_dict() if callable(as_dict) else element
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ must fail when the transform is applied (pipeline construction), with a message 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 from typing import Any, NamedTuple
@@ -85,12 +86,20 @@ class Visit(NamedTuple):
     duration_s: float
 
 
-def test_dicts_rows_namedtuples_and_arrow_batches_give_the_same_release() -> None:
+@dataclasses.dataclass(frozen=True)
+class VisitRecord:
+    person: str
+    domain: str
+    duration_s: float
+
+
+def test_dicts_rows_namedtuples_dataclasses_and_arrow_batches_give_the_same_release() -> None:
     as_table = pa.Table.from_pylist(ROWS)
     inputs = {
         "dicts": ROWS,
         "rows": [beam.Row(**r) for r in ROWS],
         "namedtuples": [Visit(**r) for r in ROWS],
+        "dataclasses": [VisitRecord(**r) for r in ROWS],
         "arrow": [as_table.slice(0, 4), as_table.slice(4).to_batches()[0]],
     }
     for name, elements in inputs.items():
