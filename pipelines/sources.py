@@ -205,20 +205,25 @@ class _ReadFile(beam.DoFn):
         return records_to_table(records, self._schema, target=target)
 
 
-class _ReadParquetRowGroup(beam.DoFn):
-    """(file, row group) → one raw table; text columns checked for valid UTF-8 per value."""
+class _ReadParquetRowGroups(beam.DoFn):
+    """(file, first row group, stop) → one raw table of those row groups, the footer read once
+    (a span holds at most ``SPAN_ROWS`` rows, or one larger group: ``row_group_spans``); text
+    columns checked for valid UTF-8 per value. One table per span, not per group: every table
+    costs each later step a fixed price, which 2,000 groups of 100 rows made 20× the reading."""
 
     def __init__(self, schema: InputSchema) -> None:
         self._names = list(schema.columns)
 
-    def process(self, element: tuple[str, int]) -> Iterator[pa.Table]:
-        path, group = element
+    def process(self, element: tuple[str, int, int]) -> Iterator[pa.Table]:
+        path, first, stop = element
+        groups = f"row group {first}" if stop == first + 1 else f"row groups {first}–{stop - 1}"
         try:
             with FileSystems.open(path) as f:
-                table = pq.ParquetFile(f).read_row_group(group, columns=self._names)
+                footer = pq.ParquetFile(f)
+                table = footer.read_row_groups(range(first, stop), columns=self._names)
             table = table.select(self._names)
         except Exception as e:
-            raise InputFileError(path, f"row group {group} cannot be decoded", e) from None
+            raise InputFileError(path, f"{groups} cannot be decoded", e) from None
         if table.num_rows:
             yield _with_file(checked_text(table), path)
 
@@ -226,7 +231,8 @@ class _ReadParquetRowGroup(beam.DoFn):
 class ReadArrowTables(beam.PTransform[Any, Any]):
     """PBegin → raw ``pa.Table`` elements of the inspected files, only the configured columns.
 
-    Parquet is split by row group (the count is in each file's footer, read by ``inspect_inputs``);
+    Parquet is split into spans of row groups (``InputSchema.row_group_spans``, from each file's
+    footer, read by ``inspect_inputs``);
     Avro, CSV and JSONL are read file by file, in chunks. Only the files ``inspect_inputs``
     checked are read. See the module docstring for the raw-table contract.
     """
@@ -238,12 +244,11 @@ class ReadArrowTables(beam.PTransform[Any, Any]):
     def expand(self, pbegin: Any) -> Any:
         s = self._schema
         if s.fmt == "parquet":
-            groups = [(f, g) for f, n in zip(s.files, s.row_groups, strict=True) for g in range(n)]
             return (
                 pbegin
-                | "ListRowGroups" >> beam.Create(groups)
+                | "ListRowGroups" >> beam.Create(list(s.row_group_spans))
                 | "Spread" >> beam.Reshuffle()
-                | "ReadParquet" >> beam.ParDo(_ReadParquetRowGroup(s))
+                | "ReadParquet" >> beam.ParDo(_ReadParquetRowGroups(s))
             )
         return (
             pbegin

@@ -320,3 +320,32 @@ def test_a_double_star_glob_spans_directories_as_beam_matches_it(tmp_path: Path)
     (tmp_path / "data" / "top.parquet").write_bytes(b"x")
     files, _ = list_input_files(str(tmp_path / "data" / "**"))
     assert sorted(f.count("=") for f in files) == [0, 1, 2, 3]
+
+
+def test_row_groups_are_joined_into_reads_of_at_most_span_rows() -> None:
+    """Each read opens the file and its footer once; small groups share a read, a large one
+    has its own, and every group is read exactly once, in order."""
+    span = input_files.SPAN_ROWS
+    assert input_files.row_group_spans([]) == []
+    assert input_files.row_group_spans([100] * 5) == [(0, 5)]
+    assert input_files.row_group_spans([span, 1, span - 1, 1]) == [(0, 1), (1, 3), (3, 4)]
+    assert input_files.row_group_spans([2 * span, 5]) == [(0, 1), (1, 2)]
+    sizes = [7, span // 2, span // 2, 9, 0, span + 3, 1]
+    spans = input_files.row_group_spans(sizes)
+    assert [g for a, b in spans for g in range(a, b)] == list(range(len(sizes)))
+    for a, b in spans:
+        assert b - a == 1 or sum(sizes[a:b]) <= span
+
+
+def test_a_parquet_file_of_many_small_row_groups_reads_every_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads span several row groups (and a file several reads): the same rows as one group."""
+    monkeypatch.setattr(input_files, "SPAN_ROWS", 4)
+    rows = [{**r, "person_id": r["person_id"] + 100 * i} for i in range(3) for r in ROWS]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet", row_group_size=2)
+    s = inspect_inputs(str(tmp_path / "x.parquet"), "parquet", COLUMNS)
+    assert [(a, b) for _, a, b in s.row_group_spans] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    clean, dead = run_read_validate(s, str(tmp_path / "run"))
+    want = sorted(str(r["person_id"]) for r in rows)
+    assert sorted(clean.column("__person__").to_pylist()) == want and dead == []

@@ -43,7 +43,7 @@ from .test_portability import write_job as write_job_file
 
 # (stage, object, attribute, fails "before" the call or "midway" after the first output)
 STAGES: list[tuple[str, Any, str, str]] = [
-    ("read parquet", userdp.pipelines.sources._ReadParquetRowGroup, "process", "midway"),
+    ("read parquet", userdp.pipelines.sources._ReadParquetRowGroups, "process", "midway"),
     ("tag file", userdp.pipelines.sources, "_with_file", "before"),
     ("validate", userdp.transforms.validate._Validate, "process", "midway"),
     ("split by shard", userdp.transforms.aggregate, "split_by_shard", "midway"),
