@@ -74,9 +74,8 @@ def main() -> None:
         rows = generate(args.people, str(source), seed=1)
         table = pq.read_table(source)
         print(f"workload: {rows:,} rows, {args.people:,} persons; count by domain, Direct runner")
-        print(
-            f"{'rows/group':>10} {'groups':>7} {'joined':>9} {'one per group':>14} {'ratio':>6}  same"
-        )
+        head = ("rows/group", "groups", "joined", "one per group", "ratio")
+        print("{:>10} {:>7} {:>9} {:>14} {:>6}  same".format(*head))
         for size in (int(s) for s in args.sizes.split(",")):
             data = base / f"groups-{size}.parquet"
             pq.write_table(table, data, row_group_size=size)
