@@ -196,17 +196,17 @@ def _metadata_families(
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
         _parquet_codecs_readable(meta, names, path)
-        rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-        return {n: arrow_family(schema.field(n).type) for n in names}, rows
+        group_rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+        return {n: arrow_family(schema.field(n).type) for n in names}, group_rows
     if fmt == "avro":
         with FileSystems.open(path) as f:
             reader = fastavro.reader(f)
             writer_schema: Any = reader.writer_schema
             codec = str(reader.metadata.get("avro.codec", "null"))
-        rows = row_record(writer_schema)
-        if rows is None:  # refusal() words it
+        found_record = row_record(writer_schema)
+        if found_record is None:  # refusal() words it
             raise SchemaError(f"input file {path}: {avro_refusal(writer_schema, names)}")
-        record = rows[0]
+        record = found_record[0]
         _avro_codec_readable(codec, path)
         fields = [fd["name"] for fd in record.get("fields", [])]
         _duplicated(fields, names, path)
