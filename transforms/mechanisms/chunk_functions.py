@@ -142,8 +142,9 @@ def check_input_kind(input_kind: str) -> None:
     """``"pandas"`` needs pandas installed (userdp itself does not depend on it)."""
     if input_kind == "pandas" and importlib.util.find_spec("pandas") is None:
         raise ValueError(
-            "input_kind 'pandas' needs pandas, which is not installed; install pandas or let "
-            "the function take the chunk as a pyarrow Table (input_kind 'arrow')"
+            "a pandas chunk needs pandas, which is not installed (userdp does not depend on "
+            "it): install pandas, or let the function take the chunk as a pyarrow Table "
+            "(input = 'arrow')"
         )
 
 
