@@ -53,6 +53,13 @@ from .person_hashing import is_text_type
 CLEAN = "clean"
 DEAD_LETTER = "dead_letter"
 FILE_METADATA_KEY = b"userdp.file"
+# A uint64 id past int64 under person_type "int" (hashed 64-bit ids fill the whole range). The
+# remedy differs: a job file reads a uint64 column as decimal strings under person_type
+# "string"; a library pipeline converts its ids to str itself (ByPerson never converts a type).
+PAST_INT64 = (
+    'person id past int64 (hashed 64-bit ids: read them as text — person_type = "string" in '
+    "a job file; in a library pipeline pass the ids as str)"
+)
 
 
 INT_TEXT = r"^[+-]?[0-9]{1,19}$"
@@ -151,7 +158,7 @@ def _canonical_person(
         # past int64: not an int id, as the same id in text is not; with person_type "string"
         # every uint64 id is its decimal string (hashed 64-bit ids fill the whole range)
         big = pc.greater(ids, pa.scalar(2**63 - 1, pa.uint64()))
-        reasons.append((_mask(big), 'person id past int64 (declare person_type = "string")'))
+        reasons.append((_mask(big), PAST_INT64))
         return pc.cast(ids, CLEAN_TEXT)
     if pa.types.is_integer(ids.type):
         return pc.cast(ids, CLEAN_TEXT)

@@ -19,6 +19,7 @@ from userdp.pipelines.public_keys import _typed
 from userdp.pipelines.sources import inspect_inputs
 from userdp.transforms.validate import (
     FILE_METADATA_KEY,
+    PAST_INT64,
     ValidateRows,
     _parse_text,
     split_table,
@@ -127,7 +128,7 @@ def test_a_uint64_person_id_past_int64_is_a_dead_letter_unless_ids_are_strings()
     table = pa.table({"person_id": ids, "domain": ["a"] * 3, "duration_s": [1.0] * 3})
     clean, dead = _split(table, "int")
     assert clean.column("__person__").to_pylist() == ["5", str(2**63 - 1)]
-    assert [d["reason"] for d in dead] == ['person id past int64 (declare person_type = "string")']
+    assert [d["reason"] for d in dead] == [PAST_INT64]
     text = pa.table({"person_id": [str(2**64 - 1)], "domain": ["a"], "duration_s": [1.0]})
     assert [d["reason"] for d in _split(text, "int")[1]] == ["person id type mismatch"]
     # hashed 64-bit ids (ClickHouse's UInt64) fill the range: person_type "string" reads them all,
