@@ -93,13 +93,33 @@ def _check_one_batch(rows: PCollection[Any]) -> None:
         )
     windowing = rows.windowing
     if not windowing.is_default():
-        how = f"{type(windowing.windowfn).__name__}, trigger {windowing.triggerfn}"
         raise ReleaseError(
-            f"ByPerson: the input is windowed or triggered ({how}); a release bounds "
-            "each person and draws its noise once over the whole batch, and per-window releases "
-            "would repeat the same noise in every window: apply "
-            "beam.WindowInto(GlobalWindows()) with the default trigger first"
+            f"ByPerson: the input is windowed or triggered ({_not_default(windowing)}); a "
+            "release bounds each person and draws its noise once over the whole batch, and "
+            "per-window releases would repeat the same noise in every window: apply "
+            "beam.WindowInto(GlobalWindows()) with no other argument first"
         )
+
+
+def _not_default(windowing: Any) -> str:
+    """What makes ``windowing`` other than Beam's default (the parts ``is_default`` checks)."""
+    from apache_beam.transforms.trigger import AccumulationMode, DefaultTrigger  # noqa: PLC0415
+    from apache_beam.transforms.window import TimestampCombiner  # noqa: PLC0415
+
+    parts = []
+    if windowing.windowfn != GlobalWindows():
+        parts.append(type(windowing.windowfn).__name__)
+    if windowing.triggerfn != DefaultTrigger():
+        parts.append(f"trigger {windowing.triggerfn}")
+    if windowing.accumulation_mode != AccumulationMode.DISCARDING:
+        parts.append("accumulating panes")
+    if windowing.timestamp_combiner != TimestampCombiner.OUTPUT_AT_EOW:
+        parts.append(f"timestamp combiner {windowing.timestamp_combiner}")
+    if windowing.allowed_lateness != 0:  # a Duration
+        micros = getattr(windowing.allowed_lateness, "micros", None)
+        late = f"{micros / 1e6:g} s" if micros is not None else windowing.allowed_lateness
+        parts.append(f"allowed lateness {late}")
+    return ", ".join(parts) or "not Beam's default windowing"
 
 
 def _as_record(element: Any) -> Any:

@@ -132,6 +132,8 @@ def _windowed(p: Any, how: str) -> Any:
         return rows | beam.WindowInto(window.FixedWindows(60))
     if how == "sessions":
         return rows | beam.WindowInto(window.Sessions(60))
+    if how == "global window, allowed lateness":
+        return rows | beam.WindowInto(window.GlobalWindows(), allowed_lateness=60)
     # the global window, but fired per element: one release per pane
     return rows | beam.WindowInto(
         window.GlobalWindows(),
@@ -140,12 +142,23 @@ def _windowed(p: Any, how: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("how", ["fixed windows", "sessions", "global window, early trigger"])
-def test_windowed_input_is_refused(how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("fixed windows", "FixedWindows"),
+        ("sessions", "Sessions"),
+        ("global window, early trigger", "trigger Repeatedly"),
+        ("global window, allowed lateness", "allowed lateness 60 s"),
+    ],
+)
+def test_windowed_input_is_refused(how: str, named: str) -> None:
     """Each window would be bounded and released on its own with the same noise key, so two
-    windows' difference was one person's exact contribution (library audit)."""
+    windows' difference was one person's exact contribution (library audit). The message names
+    what is not the default (a global window with allowed lateness was refused as if windowed)."""
     with (
-        pytest.raises(dp.ReleaseError, match=r"ByPerson: the input is windowed or triggered"),
+        pytest.raises(
+            dp.ReleaseError, match=rf"ByPerson: the input is windowed or triggered \({named}"
+        ),
         beam.Pipeline() as p,
     ):
         _ = _windowed(p, how) | _release().ByPerson("person", keys={"domain": "string"}, values=[])
