@@ -22,7 +22,7 @@ _BOUNDS = (
     "[lower, upper], finite numbers with lower < upper",
     "values are clamped to these public bounds; choose them without looking at the data",
 )
-_PARTITIONS_WITHOUT_BY = (
+PARTITIONS_WITHOUT_BY = (
     "no partitions for a query without `by`",
     "remove `partitions` or add `by`",
 )
@@ -236,7 +236,7 @@ def parse_partitions(v: Validator, q: Mapping[str, Any], k: str, by: list[str]) 
     raw = q.get("partitions", MISSING)
     if not by:
         if raw is not MISSING:
-            v.fail(f"{k}.partitions", raw, *_PARTITIONS_WITHOUT_BY)
+            v.fail(f"{k}.partitions", raw, *PARTITIONS_WITHOUT_BY)
         return None
     if raw is MISSING:
         return "private"

@@ -166,7 +166,10 @@ class _Metric(beam.PTransform[Any, Any]):
 
     def expand(self, rows: PCollection[Any]) -> PCollection[Any]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
-        from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
+        from userdp.pipelines.config_fields import (  # noqa: PLC0415
+            PARTITIONS_WITHOUT_BY,
+            ConfigError,
+        )
         from userdp.pipelines.kinds.shifted_inverse import no_private_selection  # noqa: PLC0415
 
         what = type(self).__name__
@@ -183,6 +186,12 @@ class _Metric(beam.PTransform[Any, Any]):
         except ConfigError as e:
             if e.key != f"{label}.partitions":
                 raise
+            if self._public is not None and e.allowed == PARTITIONS_WITHOUT_BY[0]:
+                raise ValueError(
+                    f"{label}: public_partitions lists keys of the by columns, and {what} has "
+                    "no by: give by=[...] (the columns the keys are values of), or drop "
+                    "public_partitions for one total"
+                ) from None
             if self._public is not None:
                 raise ValueError(
                     f"{label}: public_partitions is for the metrics that release a value per "

@@ -323,6 +323,11 @@ def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
             _ = people | "median" >> dp.Median(
                 value="v", bounds=[0, 1], epsilon=0.1, public_partitions=["x"]
             )
+        # without by, the missing by is named (it said "Count takes none")
+        with pytest.raises(ValueError, match=r"public_partitions lists keys of the by columns"):
+            _ = people | "noby" >> dp.Count(
+                max_rows_per_partition=1, epsilon=0.1, public_partitions=["x"]
+            )
 
 
 class _Text(str):
