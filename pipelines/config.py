@@ -192,7 +192,7 @@ def parse_job(
     person_type = v.choice(inp, "input.person_type", PERSON_TYPES, default=None)
     person = v.string(inp, "input.person")
     columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
-    _refuse_reserved_columns(v, person, columns, queries)
+    _check_columns(v, person, columns, queries)
     dead = v.string(inp, "input.dead_letter", required=False)
     compression = v.choice(inp, "input.compression", CODECS, default=None)
     fmt = "jsonl" if fmt == "json" else fmt
@@ -272,6 +272,13 @@ def _parse_columns(
     return MappingProxyType(dict(raw))
 
 
+def _check_columns(
+    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
+) -> None:
+    _refuse_reserved_columns(v, person, columns, queries)
+    _refuse_mixed_roles(v, queries)
+
+
 def _refuse_reserved_columns(
     v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
 ) -> None:
@@ -287,6 +294,26 @@ def _refuse_reserved_columns(
         for column in kind_of(q).required_columns(q):
             if is_reserved_column(column):
                 v.fail(f"queries[{i}].{_field_naming(q, column)}", column, *_RESERVED_COLUMN)
+
+
+def _refuse_mixed_roles(v: Validator, queries: tuple[QueryConfig, ...]) -> None:
+    """A column is read one way in a job: as a key (``by``, ``per_person = "distinct"``'s value,
+    a kind's key columns) or as a number. Rows are checked once, for every column in its one
+    type (README, "A row is checked once"), so a column both ways could not be typed; it was
+    found only while the pipeline was built, after the charge (exit 1)."""
+    first: dict[str, tuple[int, str]] = {}
+    for i, q in enumerate(queries):
+        for column, role in kind_of(q).required_columns(q).items():
+            j, seen = first.setdefault(column, (i, role))
+            if seen != role:
+                v.fail(
+                    f"queries[{i}].{_field_naming(q, column)}",
+                    column,
+                    f"a column read as a {seen}, as queries[{j}] ({queries[j].name!r}) reads it",
+                    f"this query reads it as a {role}; a job reads each column one way (its "
+                    "rows are checked once, in one type): give one of the queries a job of "
+                    "its own",
+                )
 
 
 def _field_naming(q: QueryConfig, column: str) -> str:

@@ -255,6 +255,24 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             ),
             r"queries\[0\]\.noise",
         ),
+        (  # a column read as a key by one query and as a number by another (was exit 1)
+            query(
+                0,
+                metric="median",
+                per_person="distinct",
+                value="duration_s",
+                bounds=[0.0, 600.0],
+                by=None,
+                max_partitions_per_person=None,
+                max_rows_per_partition=None,
+            ),
+            r"queries\[1\]\.value = 'duration_s': expected a column read as a key, as "
+            r"queries\[0\] \('visits'\)",
+        ),
+        (  # the same, the other way round: by a column another query sums
+            query(0, by=["duration_s"]),
+            r"queries\[1\]\.value = 'duration_s': expected a column read as a key",
+        ),
     ],
 )
 def test_misuse_raises_config_error(raw: dict[str, Any], match: str) -> None:
