@@ -73,6 +73,13 @@ class AggregateKind:
         L = s.integer("max_partitions_per_person", required=bool(by), default=1)
         if not by and L != 1:
             s.fail("max_partitions_per_person", L, *_L_WITHOUT_BY)
+        if metric == "persons" and s.has("max_rows_per_partition"):  # it would be recorded
+            s.fail(  # in the manifest as if it bounded something
+                "max_rows_per_partition",
+                q["max_rows_per_partition"],
+                "no max_rows_per_partition for metric 'persons'",
+                "a person counts once per partition whatever their rows: remove the key",
+            )
         C = s.integer("max_rows_per_partition", required=metric != "persons", default=1)
         partitions = parse_partitions(v, q, k, by)
         rho_total = s.budget.rho is not None

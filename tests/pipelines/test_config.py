@@ -186,6 +186,10 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (query(1, bounds=[0.0, "9"]), r"queries\[1\]\.bounds"),
         (query(1, bounds=[0.0]), r"queries\[1\]\.bounds = \[0\.0\]"),
         (query(0, bounds=[0.0, 1.0]), r"queries\[0\]\.bounds.*no bounds for metric 'count'"),
+        (  # a C persons never applies was recorded in the manifest as its bound (library audit)
+            query(0, metric="persons"),
+            r"queries\[0\]\.max_rows_per_partition = 3: expected no max_rows_per_partition",
+        ),
         (query(0, value="x"), r"queries\[0\]\.value = 'x'"),
         (query(0, noise="exponential"), r"queries\[0\]\.noise = 'exponential'"),
         (query(0, partitions=""), r"queries\[0\]\.partitions"),
