@@ -138,6 +138,13 @@ class Aggregate(beam.PTransform[Any, Any]):
 
         if not by:
             raise ValueError("Aggregate needs `by`: the partition columns its metrics share")
+        if not isinstance(metrics, Mapping):
+            raise TypeError(
+                f"Aggregate: metrics must be a dict name → metric, got {type(metrics).__name__}: "
+                "metrics={'visits': Count(...), ...}"
+            )
+        if bad := [n for n in metrics if not isinstance(n, str)]:
+            raise TypeError(f"Aggregate: metric names must be str (output names), got {bad[0]!r}")
         if len(metrics) < 1:
             raise ValueError("Aggregate needs metrics: {'visits': Count(...), ...}")
         lowered = [str(n).lower() for n in metrics]
@@ -152,6 +159,11 @@ class Aggregate(beam.PTransform[Any, Any]):
                     f"Aggregate: metrics[{name!r}] must be Count, Persons, Sum or Mean, got "
                     f"{type(m).__name__}"
                 )
+            if m._name is not None and m._name != name:
+                raise ValueError(
+                    f"Aggregate: metrics[{name!r}] sets name={m._name!r}; in an Aggregate the "
+                    f"dict key names the output: use {{{m._name!r}: {type(m).__name__}(...)}}"
+                )
             given = [k for k in ("by", "max_partitions_per_person") if k in m._params]
             if given or m._public is not None:
                 raise ValueError(
@@ -165,6 +177,7 @@ class Aggregate(beam.PTransform[Any, Any]):
     def expand(self, rows: PCollection[Any]) -> dict[str, PCollection[Any]]:
         from userdp.pipelines.config import parse_query_table  # noqa: PLC0415
         from userdp.pipelines.config_fields import ConfigError  # noqa: PLC0415
+        from userdp.pipelines.kinds.aggregate import PRIVATE_NEEDS_DELTA  # noqa: PLC0415
         from userdp.pipelines.kinds.shared_selection import group_selections  # noqa: PLC0415
         from userdp.pipelines.kinds.shifted_inverse import no_private_selection  # noqa: PLC0415
 
@@ -187,6 +200,13 @@ class Aggregate(beam.PTransform[Any, Any]):
             try:
                 q = parse_query_table(raw, release.budget.config, key=label)
             except ConfigError as e:
+                if e.allowed == PRIVATE_NEEDS_DELTA[0]:  # its hint names public partitions,
+                    raise ValueError(  # which an Aggregate's members cannot take
+                        f"{label}: the Aggregate's shared selection is private and spends δ: "
+                        "give the release a delta (Budget(..., delta=...)) and this metric "
+                        "delta=... beside its epsilon or rho, or apply the metrics on their "
+                        "own with public_partitions=[...]"
+                    ) from None
                 if not no_private_selection(e, label):
                     raise
                 raise ValueError(  # the job file's wording names a file of keys

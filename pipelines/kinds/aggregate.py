@@ -31,7 +31,7 @@ NOISES = ("laplace", "gaussian")
 AUTO_BOUND = "auto_bound"  # options["kind"] of a count/sum with bound = "auto"
 
 _L_WITHOUT_BY = ("1 for a query without `by`", "without `by` there is one partition")
-_PRIVATE_NEEDS_DELTA = (
+PRIVATE_NEEDS_DELTA = (
     "a delta > 0 for private partition selection",
     "give the total a delta (job file: [budget] delta; library: Budget(..., delta=...)) and "
     "this query's share one if it states epsilon, or use public partitions (job file: "
@@ -87,7 +87,7 @@ class AggregateKind:
         private = partitions == "private"
         eps, delta, rho = parse_shares(
             v, q, k, s.budget,
-            spends_delta=(s.key("partitions"), "private", *_PRIVATE_NEEDS_DELTA)
+            spends_delta=(s.key("partitions"), "private", *PRIVATE_NEEDS_DELTA)
             if private else None,
             delta_under_epsilon=(s.key("noise"), noise, *_GAUSSIAN_NEEDS_DELTA)
             if noise == "gaussian" else None,

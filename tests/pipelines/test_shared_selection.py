@@ -147,6 +147,29 @@ def test_aggregate_misuse_is_refused() -> None:
         dp.Aggregate(by=["domain"], max_partitions_per_person=1, metrics={})
     with pytest.raises(TypeError, match="partitions by public_partitions"):
         dp.Count(partitions="private", **count)
+    # the library audit's: a list or non-str names (AttributeErrors), a member's own name
+    # (silently dropped for the dict key)
+    with pytest.raises(TypeError, match=r"metrics must be a dict name → metric, got list"):
+        dp.Aggregate(by=["domain"], max_partitions_per_person=1,
+                     metrics=[dp.Count(**count)])  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises(TypeError, match=r"metric names must be str \(output names\), got 1"):
+        dp.Aggregate(by=["domain"], max_partitions_per_person=1, metrics={1: dp.Count(**count)})
+    with pytest.raises(ValueError, match=r"metrics\['c'\] sets name='visits'; .* use \{'visits'"):
+        dp.Aggregate(by=["domain"], max_partitions_per_person=1,
+                     metrics={"c": dp.Count(name="visits", **count)})  # fmt: skip
+
+
+def test_an_aggregate_under_a_pure_epsilon_release_asks_for_a_delta() -> None:
+    """The job file's hint names public partitions, which an Aggregate's members refuse."""
+    release = dp.Release._for_launcher(dp.Budget(epsilon=1), KEY, noise=True)
+    with beam.Pipeline() as p:
+        rows = p | beam.Create([{"person_id": "a", "domain": "x"}])
+        people = rows | release.ByPerson("person_id", keys={"domain": "string"})
+        with pytest.raises(ValueError, match=r"shared selection is private and spends δ: give"):
+            _ = people | dp.Aggregate(
+                by=["domain"], max_partitions_per_person=1,
+                metrics={"c": dp.Count(max_rows_per_partition=1, epsilon=0.5)},
+            )  # fmt: skip
 
 
 def test_two_aggregates_over_the_same_partitions_are_refused() -> None:
