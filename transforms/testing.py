@@ -23,8 +23,11 @@ hook userdp's own tests use — so a test can compare them with values computed 
         assert_that(visits | beam.Map(lambda r: (r.dom, r.value)), equal_to([("a.example", 3)]))
 
 With noise off: every partition holding a person is released (private selection keeps them all),
-counts, sums and means are the bounded values, order statistics return the mechanism's most
-likely answer, and ``stddev`` still states the noise a real release would add. Everything else —
+counts, sums and means are the bounded values, order statistics return the q-quantile of the
+per-person values as the core defines it, x_(⌈q·n⌉) of the n sorted values (for an even n
+the median is the *lower* middle value, where the exponential mechanism's most likely answers
+lie anywhere between the two middle values), and ``stddev`` still states the noise a real
+release would add. Everything else —
 validation, dead letters, the budget's booking and its misuse errors — is what a real release
 does.
 
