@@ -76,10 +76,11 @@ _ARROW_FAMILY = (
 
 
 # Rows one Parquet read covers at most when it joins consecutive row groups (a row group larger
-# than this is one read of its own). Reads are Beam's unit of parallelism for Parquet, and each
-# opens the file and reads its footer — which lists every row group, so 2,000 groups of 100 rows
-# read one at a time took 33 s against 1 s for the same rows in one group. 2^17 rows is DuckDB's
-# default row group; Spark's and pyarrow's are larger, so their files are split as before.
+# than this is one read of its own). Reads are Beam's unit of parallelism for Parquet; each
+# opens the file and parses its footer, which lists every row group, and passes one table to
+# every later step at a fixed cost per table — so 2,000 groups of 100 rows, read one at a time,
+# took 33 s against 1 s for the same rows in one group (benchmarks/row_groups.py). 2^17 rows is
+# DuckDB's default row group; Spark's and pyarrow's are larger, so their files split as before.
 SPAN_ROWS = 1 << 17
 
 
