@@ -139,6 +139,37 @@ def test_huge_multiplicities_raise_the_rejection_threshold() -> None:
     assert set(picks) == {1}  # the other candidate has probability ~e^-38.6
 
 
+@pytest.mark.parametrize("tail", [None, Fraction(1, 2)])
+def test_integer_scores_draw_exactly_what_the_general_path_draws(
+    monkeypatch: pytest.MonkeyPatch, tail: Fraction | None
+) -> None:
+    """``sample_exp_weights_of_int_scores`` (the quantile's fast path: no Fraction per far
+    candidate) returns the same index from the same stream, and leaves the stream where the
+    general path leaves it, for every draw: near only, far blocks, huge gaps, multiplicities.
+    ``tail`` 1/2 puts most candidates in the far block, so rejections are exercised."""
+    if tail is not None:
+        monkeypatch.setattr(exponential, "TAIL", tail)
+    cases = [
+        ([0, -1, -2, -3], Fraction(1, 2), [1, 1, 1, 1]),
+        ([5, 3, -400, -(10**6), 5], Fraction(3, 7), [2, 1, 5, 1, 3]),
+        ([-7, -9, -7, -8], Fraction(2), [1, 10**6, 3, 1]),
+        ([0, -(10**9), -200, -161, -160], Fraction(1, 2), [1, 1, 3, 1, 1]),
+    ]
+    for i, (scores, factor, mult) in enumerate(cases):
+        top = max(scores)
+        exponents = [factor * (top - u) for u in scores]
+        fast, slow = KeyedRng(TEST_SECRET, "int", str(i)), KeyedRng(TEST_SECRET, "int", str(i))
+        for _ in range(300):
+            assert exponential.sample_exp_weights_of_int_scores(
+                fast, scores, factor, mult
+            ) == sample_exp_weights(slow, exponents, mult)
+        assert fast.randbelow(2**64) == slow.randbelow(2**64)  # the same bits consumed
+    with pytest.raises(TypeError, match="scores must be Python ints"):
+        exponential.sample_exp_weights_of_int_scores(fast, [0, 1.0], Fraction(1), [1, 1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="factor must be a positive Fraction"):
+        exponential.sample_exp_weights_of_int_scores(fast, [0, 1], Fraction(0), [1, 1])
+
+
 def test_single_candidate_and_a_dominant_candidate() -> None:
     rng = KeyedRng(TEST_SECRET, "edge")
     assert exponential_mechanism([5.0], epsilon=1.0, sensitivity=1.0, rng=rng) == 0

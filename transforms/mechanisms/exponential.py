@@ -29,7 +29,7 @@ one score) is the same call with the multiplicities m_i set to the interval size
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal
 from fractions import Fraction
@@ -121,6 +121,18 @@ def _locate(c_lo: list[Fraction], c_hi: list[Fraction], a: int, bits: int) -> in
     return None
 
 
+def _checked_multiplicities(n: int, multiplicities: Sequence[int] | None) -> tuple[int, ...]:
+    """The multiplicities of n ≥ 1 candidates (default all 1), checked."""
+    if n == 0:
+        raise ValueError("the exponential mechanism needs at least one candidate")
+    mult = (1,) * n if multiplicities is None else tuple(multiplicities)
+    if len(mult) != n:
+        raise ValueError(f"got {len(mult)} multiplicities for {n} candidates")
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in mult):
+        raise ValueError("multiplicities must be positive integers")
+    return mult
+
+
 def sample_exp_weights(
     rng: KeyedRng, exponents: Sequence[Fraction], multiplicities: Sequence[int] | None = None
 ) -> int:
@@ -132,13 +144,7 @@ def sample_exp_weights(
       multiplicities: positive integers m_i (default all 1), e.g. sizes of output intervals.
     """
     n = len(exponents)
-    if n == 0:
-        raise ValueError("the exponential mechanism needs at least one candidate")
-    mult = (1,) * n if multiplicities is None else tuple(multiplicities)
-    if len(mult) != n:
-        raise ValueError(f"got {len(mult)} multiplicities for {n} candidates")
-    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in mult):
-        raise ValueError("multiplicities must be positive integers")
+    mult = _checked_multiplicities(n, multiplicities)
     if n == 1:
         return 0
     shift = min(exponents)
@@ -166,8 +172,32 @@ def _sample_with_far_block(
     """
     near = [i for i, q in enumerate(qs) if q <= tail]
     far = [i for i, q in enumerate(qs) if q > tail]
+    return _draw_with_far_block(
+        rng,
+        near,
+        far,
+        near_exponents=[qs[i] for i in near],
+        exponent=qs.__getitem__,
+        mult=mult,
+        tail=tail,
+    )
+
+
+def _draw_with_far_block(
+    rng: KeyedRng,
+    near: list[int],
+    far: list[int],
+    *,
+    near_exponents: list[Fraction],
+    exponent: Callable[[int], Fraction],
+    mult: Sequence[int],
+    tail: Fraction,
+) -> int:
+    """The loop of :func:`_sample_with_far_block` on a precomputed split: ``near`` (q_i ≤ T, with
+    their exponents ``near_exponents``) and ``far`` (q_i > T, whose exponent is computed only for
+    the candidate a rejection step tests: ``exponent(j)``)."""
     far_mult = sum(mult[i] for i in far)
-    near_qs = (*(qs[i] for i in near), tail)
+    near_qs = (*near_exponents, tail)
     near_mult = (*(mult[i] for i in near), far_mult)
     while True:
         t = _sample_near(rng, near_qs, near_mult)
@@ -178,8 +208,46 @@ def _sample_with_far_block(
             if u < mult[j]:
                 break
             u -= mult[j]
-        if bernoulli_exp_neg(rng, qs[j] - tail):
+        if bernoulli_exp_neg(rng, exponent(j) - tail):
             return j
+
+
+def sample_exp_weights_of_int_scores(
+    rng: KeyedRng, scores: Sequence[int], factor: Fraction, multiplicities: Sequence[int]
+) -> int:
+    """``sample_exp_weights(rng, [factor·(max u − u_i)], multiplicities)`` for integer scores u_i
+    and a rational factor > 0 — the same draws from the same stream, index for index — without
+    building a Fraction per candidate: the near/far split is an integer comparison of the gap
+    max u − u_i with ⌊T/factor⌋ (factor·g ≤ T ⇔ g ≤ ⌊T/factor⌋ for integer g), and Fractions are
+    made only for the near candidates (a few hundred) and for a far candidate a rejection tests.
+    The smallest exponent is 0 (the top score's), so no shift is applied, as in the general path.
+    """
+    n = len(scores)
+    mult = _checked_multiplicities(n, multiplicities)
+    # Python ints only: a NumPy integer times a Fraction is a float, and its gaps could wrap
+    if any(type(u) is not int for u in scores):
+        raise TypeError("scores must be Python ints")
+    if not isinstance(factor, Fraction) or factor <= 0:
+        raise ValueError(f"factor must be a positive Fraction, got {factor!r}")
+    if n == 1:
+        return 0
+    top = max(scores)
+    gaps = [top - u for u in scores]
+    tail = TAIL + max(0, sum(mult).bit_length() - _TAIL_FREE_BITS)
+    cut = math.floor(tail / factor)  # g ≤ cut ⇔ factor·g ≤ tail
+    if max(gaps) <= cut:
+        return _sample_near(rng, tuple(factor * g for g in gaps), mult)
+    near = [i for i, g in enumerate(gaps) if g <= cut]
+    far = [i for i, g in enumerate(gaps) if g > cut]
+    return _draw_with_far_block(
+        rng,
+        near,
+        far,
+        near_exponents=[factor * gaps[i] for i in near],
+        exponent=lambda j: factor * gaps[j],
+        mult=mult,
+        tail=tail,
+    )
 
 
 def _sample_near(rng: KeyedRng, qs: tuple[Fraction, ...], mult: tuple[int, ...]) -> int:
@@ -210,8 +278,13 @@ def _exponents(
             raise ValueError(f"score {i} is {u!r}; scores must be finite")
     us = [as_fraction(u, f"score {i}") for i, u in enumerate(scores)]
     top = max(us)
-    factor = Fraction(epsilon) / (Fraction(sensitivity) * (1 if monotone else 2))
+    factor = exponent_factor(epsilon, sensitivity, monotone)
     return tuple(factor * (top - u) for u in us)
+
+
+def exponent_factor(epsilon: float, sensitivity: float, monotone: bool) -> Fraction:
+    """ε/(c·Δ), c = 1 if monotone else 2: exponent q_i = factor·(max u − u_i), exactly."""
+    return Fraction(epsilon) / (Fraction(sensitivity) * (1 if monotone else 2))
 
 
 @dataclass(frozen=True)

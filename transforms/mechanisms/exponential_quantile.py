@@ -39,7 +39,11 @@ import numpy.typing as npt
 
 from .accounting import PureDP
 from .checks import Rational, positive
-from .exponential import ExponentialMechanism, sample_exp_weights
+from .exponential import (
+    ExponentialMechanism,
+    exponent_factor,
+    sample_exp_weights_of_int_scores,
+)
 from .quantile_sensitivity import as_quantile
 from .rng import KeyedRng
 
@@ -154,7 +158,9 @@ class ExponentialQuantile:
         scores, lengths, starts = self.runs(values)
         # far runs (exponents > 80 above the best) are drawn by rejection: the cost of a draw
         # does not grow with the person count (exponential.sample_exp_weights)
-        t = sample_exp_weights(rng, self.mechanism.exponents(scores), lengths)
+        m = self.mechanism  # q_i = factor·(max u − u_i), as ExponentialMechanism.exponents
+        factor = exponent_factor(m.epsilon, m.sensitivity, m.monotone)
+        t = sample_exp_weights_of_int_scores(rng, scores, factor, lengths)
         return self.grid_value(starts[t] + rng.randbelow(lengths[t]))
 
     def to_manifest(self) -> dict[str, Any]:
