@@ -11,6 +11,10 @@ each number of chunks k, prints
 * ``time``: wall time of one private release without Beam (chunking, k calls of f, aggregation),
   beside the time of one call of f on the whole data.
 
+``--count`` only times the exact person count that ``chunks = "auto"`` makes before it chooses
+k: read + validate + the count on FnApiRunner, the transform's Arrow arrays per hash bucket
+beside one Python string per person through ``Distinct`` (the steps it replaced).
+
 With ``--beam`` it also times, for the default k, one job-shaped pipeline per function on Beam's
 FnApiRunner: read the Parquet file, validate, ``SampleAndAggregate``. Usage::
 
@@ -42,6 +46,7 @@ from functools import partial
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
@@ -55,6 +60,7 @@ from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.sample_aggregate import SampleAggregateParams
 from userdp.transforms.sample_aggregate import (
     NOISE_LABEL,
+    CountDistinctPersons,
     SampleAndAggregate,
     canonical_chunk,
     chunk_answers,
@@ -134,7 +140,13 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, nargs="*", default=[10, 32, 100, 316, 1000])
     parser.add_argument("--beam", action="store_true", help="also time one run on FnApiRunner")
     parser.add_argument("--rho", type=float, help="a ρ-zCDP share instead of ε (see docstring)")
+    parser.add_argument(
+        "--count", action="store_true", help="only time chunks = 'auto''s person count (docstring)"
+    )
     args = parser.parse_args()
+    if args.count:
+        time_person_count(args.people)
+        return
     if args.rho is not None:
         compare_rho(clean_logs(args.people), args.rho, args.repeats, args.chunks)
         return
@@ -213,6 +225,48 @@ def compare_rho(table: pa.Table, rho: float, repeats: int, chunk_counts: list[in
                     if n == name}  # fmt: skip
             print(f"{name:<24}{k:>6}{rmse['mean', 'now']:>11.4g}{rmse['mean', 'was']:>9.4g}"
                   f"{rmse['median', 'now']:>13.4g}{rmse['median', 'was']:>9.4g}")  # fmt: skip
+
+
+def _ids_per_table(table: pa.Table) -> list[str]:
+    persons: list[str] = pc.unique(table.column("__person__")).to_pylist()
+    return persons
+
+
+def time_person_count(people: int) -> None:
+    """``--count``: chunks = "auto" counts persons exactly before it chooses k. Read + validate +
+    the count, on FnApiRunner, with ``CountDistinctPersons`` (an Arrow array per hash bucket and
+    table) beside the steps it replaced (each table's ids as Python strings, ``Distinct``,
+    ``Count.Globally``); both counts must agree."""
+    columns = {"person_id": "person", "duration_s": "number"}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "logs.parquet")
+        rows = generate(people, path)
+        schema = inspect_inputs(path, "parquet", columns)
+        steps = {
+            "arrays per bucket (now)": CountDistinctPersons(bytes(32)),
+            "Distinct (before)": beam.FlatMap(_ids_per_table)
+            | beam.Distinct()
+            | beam.combiners.Count.Globally(),
+        }
+        found: dict[str, tuple[float, int]] = {}
+        for i, (name, count) in enumerate(steps.items()):
+            out = os.path.join(tmp, f"count-{i}.txt")
+            start = time.perf_counter()
+            with beam.Pipeline(runner=FnApiRunner()) as p:
+                clean = (
+                    p
+                    | "Read" >> ReadArrowTables(schema)
+                    | "Validate"
+                    >> ValidateRows(schema.person, schema.person_type, {}, list(schema.numbers))
+                ).clean
+                _ = clean | "Count" >> count | beam.io.WriteToText(out, shard_name_template="")
+            with open(out) as f:
+                found[name] = (time.perf_counter() - start, int(f.read()))
+        print(f"{rows:,} rows, {people:,} persons: read + validate + the exact person count")
+        for name, (seconds, n) in found.items():
+            print(f"  {name:<24} {seconds:6.2f} s   count {n:,}")
+        (now, a), (before, b) = found.values()
+        print(f"  ratio {before / now:.2f}; counts agree: {a == b}")
 
 
 def time_beam(people: int, epsilon: float, k: int, key: ReleaseKey) -> None:

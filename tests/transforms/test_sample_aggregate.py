@@ -384,6 +384,23 @@ def test_noisy_release_is_keyed_and_k_can_come_from_a_private_person_count() -> 
     assert sorted(r["coordinate"] for r in out["Vector"]) == [0, 1]
 
 
+def test_the_person_count_for_k_counts_each_person_once_across_tables() -> None:
+    """chunks = "auto" counts persons per bucket of a keyed hash (Arrow arrays through the
+    shuffle, not one element per person): a person in several tables, or twice in one, counts
+    once. 400 persons in three overlapping tables: k = ⌊√400⌋ = 20 with noise off (511, the
+    count with overlaps, would give 22; 399 would give 19)."""
+
+    def table(ids: range, repeat: int) -> pa.Table:
+        persons = [f"p{i}" for i in ids for _ in range(repeat)]
+        n = len(persons)
+        return pa.table({PERSON_COLUMN: persons, "domain": ["d0"] * n, "d": [1.0] * n})
+
+    inputs = [table(range(0, 250), 2), table(range(150, 400), 1), table(range(0, 11), 3)]
+    auto = params(name="auto", chunks=None, count_epsilon=1.0)
+    out = run({"Auto": SampleAndAggregate(auto, RELEASE_KEY, noise=False)}, inputs)
+    assert out["Auto"][0]["chunks"] == 20
+
+
 def test_no_input_at_all_still_releases_from_k_default_answers() -> None:
     q = params(chunks=5)
     auto = params(name="auto", chunks=None, count_epsilon=1.0)
