@@ -57,7 +57,7 @@ def _queries() -> list[dict[str, Any]]:
     fn = "tests.pipelines.test_hostile_person:raw_mean_duration"
     return [
         {"name": "count", "metric": "count", **by},
-        {"name": "persons", "metric": "persons", **by},
+        {"name": "persons", "metric": "persons", "by": ["domain"], "max_partitions_per_person": 2},
         {"name": "sum", "metric": "sum", "value": "duration_s", "bounds": [-100.0, 600.0], **by},
         {"name": "mean", "metric": "mean", "value": "duration_s", "bounds": [0.0, 600.0], **by},
         {"name": "count_auto", "metric": "count", "bound": "auto", "bound_range": [1, 1024]},
