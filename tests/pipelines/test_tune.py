@@ -19,7 +19,7 @@ from userdp.pipelines.config import ConfigError, load_job
 from userdp.pipelines.generate import LogShape, generate
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.tune import run_tune
-from userdp.pipelines.tune_model import noise_model
+from userdp.pipelines.tune_model import CELL_THRESHOLD, noise_model
 from userdp.transforms.mechanisms.bound_recommendation import (
     ContributionModel,
     best,
@@ -121,7 +121,7 @@ def test_noise_off_measures_the_exact_histogram_and_recommends_the_models_best(
     # each person picks one partition: between 1 and every domain are picked
     assert 1 <= m["partitions"] <= 12
     visits, people, mean = result.recommendations
-    model = ContributionModel(h, m["histogram"], 8.0)
+    model = ContributionModel(h, m["histogram"], CELL_THRESHOLD)
     noise_abs, _ = noise_model(job, 0)
     assert visits.new == best(count_settings(model, m["partitions"], noise_abs))
     assert (visits.old.L, visits.old.C) == (1, 1) and people.new.C is None
