@@ -75,26 +75,33 @@ _ARROW_FAMILY = (
 )
 
 
-# Rows one Parquet read covers at most when it joins consecutive row groups (a row group larger
-# than this is one read of its own). Reads are Beam's unit of parallelism for Parquet; each
+# What one Parquet read covers at most when it joins consecutive row groups (a row group larger
+# than either is one read of its own). Reads are Beam's unit of parallelism for Parquet; each
 # opens the file and parses its footer, which lists every row group, and passes one table to
 # every later step at a fixed cost per table — so 2,000 groups of 100 rows, read one at a time,
-# took 33 s against 1 s for the same rows in one group (benchmarks/row_groups.py). 2^17 rows is
-# DuckDB's default row group; Spark's and pyarrow's are larger, so their files split as before.
+# took 33 s against 1 s for the same rows in one group (benchmarks/row_groups.py). Rows: about
+# DuckDB's default row group (122,880); Spark's and pyarrow's are larger. Bytes: the read
+# columns' uncompressed size in the footer, so that joining never makes one read hold more than
+# a large row group would (Spark's and parquet-mr's are 128 MiB, sized in bytes).
 SPAN_ROWS = 1 << 17
+SPAN_BYTES = 128 << 20
 
 
-def row_group_spans(group_rows: Sequence[int]) -> list[tuple[int, int]]:
+def row_group_spans(
+    group_rows: Sequence[int], group_bytes: Sequence[int] | None = None
+) -> list[tuple[int, int]]:
     """Consecutive row groups joined into reads ``(first, stop)`` of at most :data:`SPAN_ROWS`
-    rows, or one group each where a group alone holds more. Footer metadata only: the spans
-    change how the input is read in parallel, never what is read."""
+    rows and :data:`SPAN_BYTES` uncompressed bytes of the read columns, or one group each where
+    a group alone holds more. Footer metadata only: the spans change how the input is read in
+    parallel, never what is read."""
+    sizes = group_bytes if group_bytes is not None else [0] * len(group_rows)
     spans: list[tuple[int, int]] = []
-    first, rows = 0, 0
-    for g, n in enumerate(group_rows):
-        if g > first and rows + n > SPAN_ROWS:
+    first, rows, size = 0, 0, 0
+    for g, (n, b) in enumerate(zip(group_rows, sizes, strict=True)):
+        if g > first and (rows + n > SPAN_ROWS or size + b > SPAN_BYTES):
             spans.append((first, g))
-            first, rows = g, 0
-        rows += n
+            first, rows, size = g, 0, 0
+        rows, size = rows + n, size + b
     if len(group_rows) > first:
         spans.append((first, len(group_rows)))
     return spans
@@ -105,9 +112,10 @@ class InputSchema:
     """What ``inspect_inputs`` found: the files and the canonical Arrow type of every column.
 
     ``row_group_spans``: for Parquet, the reads the input is split into, ``(file, first row
-    group, stop)``: consecutive row groups of one file up to :data:`SPAN_ROWS` rows together
-    (public footer metadata; empty for other formats), so a file of many small row groups is not
-    one read — each reading the whole footer again — per group. ``compression``: the job's
+    group, stop)``: consecutive row groups of one file up to :data:`SPAN_ROWS` rows and
+    :data:`SPAN_BYTES` together (public footer metadata; empty for other formats), so a file of
+    many small row groups is not one read — each reading the whole footer again — per group.
+    ``compression``: the job's
     ``[input] compression`` (:mod:`.compression`; ``"auto"``: from each file's extension).
     """
 
@@ -186,10 +194,10 @@ def _duplicated(names: list[str], wanted: list[str], path: str) -> None:
 
 def _metadata_families(
     path: str, fmt: str, names: list[str], compression: str
-) -> tuple[dict[str, str] | None, tuple[int, ...]]:
+) -> tuple[dict[str, str] | None, tuple[tuple[int, ...], ...]]:
     """(family of each requested column in a Parquet/Avro file's schema — CSV: the header's
     names as "declared", types come from the job file; JSONL: None, no metadata — and the rows
-    of each Parquet row group, none for the other formats)."""
+    and read bytes of each Parquet row group, none for the other formats)."""
     if fmt == "parquet":
         with FileSystems.open(path) as f:
             footer = pq.ParquetFile(f)  # the footer: schema and column chunks
@@ -197,8 +205,7 @@ def _metadata_families(
         _duplicated(schema.names, names, path)
         _all_present(schema.names, names, path)
         _parquet_codecs_readable(meta, names, path)
-        group_rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-        return {n: arrow_family(schema.field(n).type) for n in names}, group_rows
+        return {n: arrow_family(schema.field(n).type) for n in names}, _group_sizes(meta, names)
     if fmt == "avro":
         with FileSystems.open(path) as f:
             reader = fastavro.reader(f)
@@ -259,15 +266,31 @@ def codec_available(codec: str) -> bool:
         return False
 
 
-def _parquet_codecs_readable(meta: pq.FileMetaData, names: list[str], path: str) -> None:
-    """Refuses, before the charge, a Parquet file whose requested columns are compressed with a
-    codec this pyarrow cannot decode (LZO; a build without one) — the footer says so."""
+def _read_leaves(meta: pq.FileMetaData, names: list[str]) -> list[int]:
+    """The footer's column chunks (leaves) of the columns ``names``."""
     wanted = set(names)
-    leaves = [
+    return [
         i
         for i in range(meta.num_columns)
         if {(p := meta.schema.column(i).path), p.split(".")[0]} & wanted
     ]
+
+
+def _group_sizes(meta: pq.FileMetaData, names: list[str]) -> tuple[tuple[int, ...], ...]:
+    """(rows, uncompressed bytes of the read columns) of each row group: what
+    :func:`row_group_spans` joins groups by."""
+    leaves = _read_leaves(meta, names)
+    out = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        out.append((group.num_rows, sum(group.column(i).total_uncompressed_size for i in leaves)))
+    return tuple(out)
+
+
+def _parquet_codecs_readable(meta: pq.FileMetaData, names: list[str], path: str) -> None:
+    """Refuses, before the charge, a Parquet file whose requested columns are compressed with a
+    codec this pyarrow cannot decode (LZO; a build without one) — the footer says so."""
+    leaves = _read_leaves(meta, names)
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         for i in leaves:
@@ -345,9 +368,9 @@ def _check_arguments(columns: Mapping[str, str], declared: Mapping[str, str], fm
 
 def _read_file_metadata(
     path: str, fmt: str, names: list[str], compression: str
-) -> tuple[dict[str, str] | None, tuple[int, ...]]:
-    """(column families from the file's metadata, rows of each Parquet row group); SchemaError
-    if unreadable."""
+) -> tuple[dict[str, str] | None, tuple[tuple[int, ...], ...]]:
+    """(column families from the file's metadata, (rows, read bytes) of each Parquet row group);
+    SchemaError if unreadable."""
     refused = refusal(path, fmt, compression)
     if refused is not None:
         raise SchemaError(f"input file {path}: {refused}")
@@ -457,8 +480,9 @@ def inspect_inputs(
     families = _Families(columns, declared)
     spans: list[tuple[str, int, int]] = []
     for path in files:
-        found, group_rows = _read_file_metadata(path, fmt, list(columns), compression)
-        spans += [(path, first, stop) for first, stop in row_group_spans(group_rows)]
+        found, groups = _read_file_metadata(path, fmt, list(columns), compression)
+        rows, size = [n for n, _ in groups], [b for _, b in groups]
+        spans += [(path, first, stop) for first, stop in row_group_spans(rows, size)]
         if found is not None:  # None: JSONL, or an empty CSV file — nothing to check
             families.add(path, found)
     family_of = {c: families.family(c, fmt) for c in columns}

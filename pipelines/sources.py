@@ -216,16 +216,32 @@ class _ReadParquetRowGroups(beam.DoFn):
 
     def process(self, element: tuple[str, int, int]) -> Iterator[pa.Table]:
         path, first, stop = element
-        groups = f"row group {first}" if stop == first + 1 else f"row groups {first}–{stop - 1}"
         try:
             with FileSystems.open(path) as f:
                 footer = pq.ParquetFile(f)
                 table = footer.read_row_groups(range(first, stop), columns=self._names)
             table = table.select(self._names)
         except Exception as e:
-            raise InputFileError(path, f"{groups} cannot be decoded", e) from None
+            raise InputFileError(path, self._fault(path, first, stop), e) from None
         if table.num_rows:
             yield _with_file(checked_text(table), path)
+
+    def _fault(self, path: str, first: int, stop: int) -> str:
+        """Which part of a span failed (the error path only): the file changed since it was
+        inspected, or the first of its row groups that does not decode on its own."""
+        try:
+            with FileSystems.open(path) as f:
+                footer = pq.ParquetFile(f)
+                if footer.metadata.num_row_groups < stop:
+                    return "changed since it was inspected (it has fewer row groups now)"
+                for group in range(first, stop):
+                    try:
+                        footer.read_row_group(group, columns=self._names)
+                    except Exception:
+                        return f"row group {group} cannot be decoded"
+        except Exception:
+            return "its footer cannot be read (the file changed since it was inspected?)"
+        return f"row groups {first}–{stop - 1} cannot be decoded together"
 
 
 class ReadArrowTables(beam.PTransform[Any, Any]):

@@ -234,7 +234,7 @@ class CountDistinctPersons(beam.PTransform[Any, Any]):
     """Clean tables → one int, the exact number of distinct persons (never released: k's
     input). Per table, its distinct ids go out as one Arrow array per bucket of a keyed hash
     (``key``); a bucket's arrays meet in one place, where their distinct ids are counted. One
-    Python element per person through ``Distinct`` cost about 20 µs a person
+    Python element per person through ``Distinct`` cost about 10 µs a person
     (``benchmarks/sample_aggregate.py --count``)."""
 
     def __init__(self, key: bytes) -> None:

@@ -330,6 +330,10 @@ def test_row_groups_are_joined_into_reads_of_at_most_span_rows() -> None:
     assert input_files.row_group_spans([100] * 5) == [(0, 5)]
     assert input_files.row_group_spans([span, 1, span - 1, 1]) == [(0, 1), (1, 3), (3, 4)]
     assert input_files.row_group_spans([2 * span, 5]) == [(0, 1), (1, 2)]
+    # the read columns' bytes cap a span too: wide rows make big groups of few rows
+    big = input_files.SPAN_BYTES // 2
+    assert input_files.row_group_spans([10] * 4, [big] * 4) == [(0, 2), (2, 4)]
+    assert input_files.row_group_spans([10] * 3, [3 * big, 1, 1]) == [(0, 1), (1, 3)]
     sizes = [7, span // 2, span // 2, 9, 0, span + 3, 1]
     spans = input_files.row_group_spans(sizes)
     assert [g for a, b in spans for g in range(a, b)] == list(range(len(sizes)))
@@ -349,3 +353,32 @@ def test_a_parquet_file_of_many_small_row_groups_reads_every_row_once(
     clean, dead = run_read_validate(s, str(tmp_path / "run"))
     want = sorted(str(r["person_id"]) for r in rows)
     assert sorted(clean.column("__person__").to_pylist()) == want and dead == []
+
+
+def test_a_span_that_fails_names_its_row_group_or_a_file_changed_since(tmp_path: Path) -> None:
+    """A span reads many groups at once; its error still names the group that does not decode,
+    or says the file changed since it was inspected (not "row groups 0–7")."""
+    from userdp.pipelines.sources import InputFileError, _ReadParquetRowGroups  # noqa: PLC0415
+
+    rows = [{**r, "person_id": r["person_id"] + 100 * i} for i in range(8) for r in ROWS]
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=5, compression="snappy")
+    s = inspect_inputs(str(path), "parquet", COLUMNS)
+    (span,) = s.row_group_spans
+    assert span[1:] == (0, 8)
+    reader = _ReadParquetRowGroups(s)
+    assert sum(t.num_rows for t in reader.process(span)) == 40
+    # garbage over group 3's domain column: that group alone does not decode
+    chunk = pq.read_metadata(path).row_group(3).column(1)
+    raw = bytearray(path.read_bytes())
+    start = chunk.data_page_offset
+    raw[start + 8 : start + chunk.total_compressed_size] = b"\xff" * (
+        chunk.total_compressed_size - 8
+    )
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InputFileError, match=r"x\.parquet: row group 3 cannot be decoded"):
+        list(reader.process(span))
+    # the file rewritten with fewer groups since it was inspected
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=20)
+    with pytest.raises(InputFileError, match=r"changed since it was inspected"):
+        list(reader.process(span))

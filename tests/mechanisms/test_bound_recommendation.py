@@ -72,6 +72,32 @@ def test_cells_below_the_threshold_are_dropped() -> None:
     assert ContributionModel(H, grid).grid[8][8] == 2.5
 
 
+def test_the_tuners_threshold_drops_a_phantom_cell_of_ten_noise_units() -> None:
+    """A noisy empty cell far from the data, at 10/ε (P ≈ ½e^−10 per cell, ~1% of runs over 289
+    cells), made the model recommend L = C = 256 on a log whose best is (3, 4): its phantom rows
+    look like persons the large bounds would keep. ``userdp tune``'s threshold (11/ε) drops it;
+    the old one (8/ε, the negative control) did not (docs/tuning.md, the threshold study)."""
+    import random  # noqa: PLC0415
+
+    from userdp.pipelines.tune_model import CELL_THRESHOLD  # noqa: PLC0415
+
+    h = ContributionHistograms(epsilon=1, max_exponent=8)
+    draw = random.Random(0)  # test data, not noise
+    persons = [tuple(draw.randint(1, 4) for _ in range(draw.randint(1, 3))) for _ in range(3000)]
+    grid = h.exact(persons)
+    phantom = [row[:] for row in grid]
+    phantom[-1][-1] += 10.0  # ε = 1: ten noise units in the corner (256+ partitions, rows)
+
+    def choice(g: list[list[float]], threshold: float) -> tuple[int, int | None]:
+        chosen = best(
+            count_settings(ContributionModel(h, g, threshold), 5, lambda L, C: 0.2 * L * (C or 1))
+        )
+        return chosen.L, chosen.C
+
+    assert choice(grid, CELL_THRESHOLD) == choice(phantom, CELL_THRESHOLD) == (3, 4)
+    assert choice(phantom, 8.0) == (256, 256)  # the old threshold let it through
+
+
 def test_a_negative_bias_estimate_is_shown_as_zero() -> None:
     s = Setting(2, 3, -1.5, 4.0)
     assert s.error == 2.5 and s.shown_bias == 0.0 and s.shown_error == 4.0
