@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from fractions import Fraction
 from functools import partial
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -52,6 +53,7 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from userdp.pipelines import example_functions
 from userdp.pipelines.generate import generate
+from userdp.pipelines.input_files import InputSchema
 from userdp.pipelines.sources import ReadArrowTables, inspect_inputs
 from userdp.transforms.aggregate import split_by_shard
 from userdp.transforms.mechanisms.accounting import epsilon_within_rho
@@ -227,6 +229,15 @@ def compare_rho(table: pa.Table, rho: float, repeats: int, chunk_counts: list[in
                   f"{rmse['median', 'now']:>13.4g}{rmse['median', 'was']:>9.4g}")  # fmt: skip
 
 
+def _read_clean(p: beam.Pipeline, schema: InputSchema) -> Any:
+    """The job's first steps: read the inspected files, validate, keep the clean tables."""
+    return (
+        p
+        | "Read" >> ReadArrowTables(schema)
+        | "Validate" >> ValidateRows(schema.person, schema.person_type, {}, list(schema.numbers))
+    ).clean
+
+
 def _ids_per_table(table: pa.Table) -> list[str]:
     persons: list[str] = pc.unique(table.column("__person__")).to_pylist()
     return persons
@@ -253,12 +264,7 @@ def time_person_count(people: int) -> None:
             out = os.path.join(tmp, f"count-{i}.txt")
             start = time.perf_counter()
             with beam.Pipeline(runner=FnApiRunner()) as p:
-                clean = (
-                    p
-                    | "Read" >> ReadArrowTables(schema)
-                    | "Validate"
-                    >> ValidateRows(schema.person, schema.person_type, {}, list(schema.numbers))
-                ).clean
+                clean = _read_clean(p, schema)
                 _ = clean | "Count" >> count | beam.io.WriteToText(out, shard_name_template="")
             with open(out) as f:
                 found[name] = (time.perf_counter() - start, int(f.read()))
@@ -281,12 +287,7 @@ def time_beam(people: int, epsilon: float, k: int, key: ReleaseKey) -> None:
             out = os.path.join(tmp, f"{name}.jsonl")
             start = time.perf_counter()
             with beam.Pipeline(runner=FnApiRunner()) as p:
-                clean = (
-                    p
-                    | "Read" >> ReadArrowTables(schema)
-                    | "Validate"
-                    >> ValidateRows(schema.person, schema.person_type, {}, list(schema.numbers))
-                ).clean
+                clean = _read_clean(p, schema)
                 _ = (
                     clean
                     | "SAA" >> SampleAndAggregate(q, key)
