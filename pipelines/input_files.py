@@ -115,8 +115,8 @@ class InputSchema:
     group, stop)``: consecutive row groups of one file up to :data:`SPAN_ROWS` rows and
     :data:`SPAN_BYTES` together (public footer metadata; empty for other formats), so a file of
     many small row groups is not one read — each reading the whole footer again — per group.
-    ``compression``: the job's
-    ``[input] compression`` (:mod:`.compression`; ``"auto"``: from each file's extension).
+    ``compression``: the job's ``[input] compression`` (:mod:`.compression`; ``"auto"``: from
+    each file's extension).
     """
 
     fmt: str
