@@ -193,7 +193,8 @@ def job_toml(data: str, fmt: str, *, out: str = "release/", dead: str = "ops/rej
     L = 4 ≥ the number of domains and C = 10^4 ≥ any person's rows: with noise off the release is
     the exact aggregate of the clean rows.
     """
-    by = '\nby = ["domain"]\nmax_partitions_per_person = 4\nmax_rows_per_partition = 10000'
+    per = '\nby = ["domain"]\nmax_partitions_per_person = 4'
+    by = per + "\nmax_rows_per_partition = 10000"
     return f"""
 [input]
 path = "{data}"
@@ -216,7 +217,7 @@ metric = "count"{by}
 
 [[queries]]
 name = "persons"
-metric = "persons"{by}
+metric = "persons"{per}
 
 [[queries]]
 name = "total_duration"
