@@ -172,15 +172,7 @@ def _sample_with_far_block(
     """
     near = [i for i, q in enumerate(qs) if q <= tail]
     far = [i for i, q in enumerate(qs) if q > tail]
-    return _draw_with_far_block(
-        rng,
-        near,
-        far,
-        near_exponents=[qs[i] for i in near],
-        exponent=qs.__getitem__,
-        mult=mult,
-        tail=tail,
-    )
+    return _draw_with_far_block(rng, near, far, exponent=qs.__getitem__, mult=mult, tail=tail)
 
 
 def _draw_with_far_block(
@@ -188,16 +180,15 @@ def _draw_with_far_block(
     near: list[int],
     far: list[int],
     *,
-    near_exponents: list[Fraction],
     exponent: Callable[[int], Fraction],
     mult: Sequence[int],
     tail: Fraction,
 ) -> int:
-    """The loop of :func:`_sample_with_far_block` on a precomputed split: ``near`` (q_i ≤ T, with
-    their exponents ``near_exponents``) and ``far`` (q_i > T, whose exponent is computed only for
-    the candidate a rejection step tests: ``exponent(j)``)."""
+    """The loop of :func:`_sample_with_far_block` on a precomputed split: ``near`` (q_i ≤ T) and
+    ``far`` (q_i > T). ``exponent(i)`` gives q_i; it is asked for every near candidate and, of
+    the far ones, only for the candidate a rejection step tests."""
     far_mult = sum(mult[i] for i in far)
-    near_qs = (*near_exponents, tail)
+    near_qs = (*(exponent(i) for i in near), tail)
     near_mult = (*(mult[i] for i in near), far_mult)
     while True:
         t = _sample_near(rng, near_qs, near_mult)
@@ -240,13 +231,7 @@ def sample_exp_weights_of_int_scores(
     near = [i for i, g in enumerate(gaps) if g <= cut]
     far = [i for i, g in enumerate(gaps) if g > cut]
     return _draw_with_far_block(
-        rng,
-        near,
-        far,
-        near_exponents=[factor * gaps[i] for i in near],
-        exponent=lambda j: factor * gaps[j],
-        mult=mult,
-        tail=tail,
+        rng, near, far, exponent=lambda j: factor * gaps[j], mult=mult, tail=tail
     )
 
 
