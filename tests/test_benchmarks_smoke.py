@@ -1,4 +1,5 @@
-"""Smoke test of ``benchmarks/throughput.py`` on a tiny data set (speed is not asserted here).
+"""Smoke tests of ``benchmarks/throughput.py`` and ``benchmarks/median_histogram.py`` on tiny
+data sets (speed is not asserted here).
 
 What is asserted: the script runs end to end, prints rows/s of both pipelines, and its plain
 per-element pipeline (b) bounds contributions exactly like userdp — the untimed check finds the
@@ -153,3 +154,16 @@ def test_auto_bound_plot_draws_the_benchmarks_exact_ratios(tmp_path: Path) -> No
     exact = {(r[0], r[1]): r[8] for r in map(str.split, table.splitlines()) if r[:1] in FAMILIES}
     assert len(drawn) == 12
     assert all(exact[(name, eps)] == ratio for name, eps, ratio in drawn)
+
+
+def test_the_median_histogram_benchmark_releases_one_value_both_ways(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """benchmarks/median_histogram.py: gathered values and merged histograms release the same
+    value in every row, and the histogram of row counts is far smaller than the values."""
+    load_benchmark("median_histogram").main(["--persons", "3000,20000"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [r for r in rows if r and r[0] in ("continuous", "counts")]
+    assert len(rows) == 4 and all(r[-1] == "True" for r in rows)
+    counts = [r for r in rows if r[0] == "counts"]
+    assert all(float(r[-2]) > 10 for r in counts)  # bytes ratio: ~600 indices vs 8 per person

@@ -8,7 +8,11 @@ place. So the steps are
    reduction per person shard, from the release's one keyed shuffle by person), or the distinct
    persons of each partition per shard, summed over shards;
 2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
-   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design);
+   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design).
+   The exponential-mechanism quantile (the default median) reads its data only through a
+   histogram of grid indices, so each shard sends its histogram and the combine adds them
+   (:class:`MergeGridHistograms`: at most 2^grid_bits + 1 entries, 16.8 MB at the default
+   grid, whatever the person count); the others need the values themselves;
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
    the query's noise key, ``key.rng("value")``.
 
@@ -43,7 +47,11 @@ from apache_beam.transforms import combiners
 
 from .columns import PERSON_COLUMN
 from .keys import KeySource, NoiseKey
-from .mechanisms.exponential_quantile import ExponentialQuantile
+from .mechanisms.exponential_quantile import (
+    ExponentialQuantile,
+    GridHistogram,
+    merge_grid_histograms,
+)
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
@@ -79,6 +87,49 @@ class ConcatenateValues(beam.CombineFn):
         if not acc:
             return np.zeros(0, dtype=np.float64)
         return np.concatenate(acc).astype(np.float64, copy=False)
+
+
+class MergeGridHistograms(beam.CombineFn):
+    """Per-shard grid histograms of :class:`ExponentialQuantile` → their sum (one histogram).
+
+    The accumulator is a list of histograms, compacted into one whenever it holds more than
+    ``COMPACT_AT`` entries, so a worker never holds much more than the merged histogram (at most
+    2^grid_bits + 1 entries) however many shards arrive.
+    """
+
+    COMPACT_AT = 1 << 22  # entries (16 bytes each) pending before a merge
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
+
+    def create_accumulator(self) -> list[GridHistogram]:
+        return []
+
+    def _compacted(self, acc: list[GridHistogram]) -> list[GridHistogram]:
+        if len(acc) > 1 and sum(len(h[0]) for h in acc) > self.COMPACT_AT:
+            return [merge_grid_histograms(acc)]
+        return acc
+
+    def add_input(self, acc: list[GridHistogram], histogram: GridHistogram) -> list[GridHistogram]:
+        acc.append(histogram)
+        return self._compacted(acc)
+
+    def merge_accumulators(self, accs: Iterable[list[GridHistogram]]) -> list[GridHistogram]:
+        return self._compacted([h for acc in accs for h in acc])
+
+    def extract_output(self, acc: list[GridHistogram]) -> GridHistogram:
+        return merge_grid_histograms(acc)
+
+
+class _ReleaseQuantileFromHistogram:
+    """grid histogram → the output row {value, released}: the exponential quantile's draw."""
+
+    def __init__(self, mechanism: ExponentialQuantile, key: NoiseKey) -> None:
+        self._mechanism, self._key = mechanism, key
+
+    def __call__(self, histogram: GridHistogram) -> dict[str, Any]:
+        value = self._mechanism.release_histogram(histogram, self._key.rng("value"))
+        return {"value": float(value), "released": True}
 
 
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
@@ -145,10 +196,30 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         # rows clamped to the mechanism's bounds before they are combined: no row value (±inf,
         # 1e308 twice) can make a per-person value NaN or infinite and the release raise
         self._per_person = ReducePerPerson(reduction, value, (mechanism.lower, mechanism.upper))
+        self._mechanism = mechanism
         self._release = _ReleaseValue(mechanism, keys.for_query(query), noise)
+        self._from_histogram = (
+            _ReleaseQuantileFromHistogram(mechanism, keys.for_query(query))
+            if isinstance(mechanism, ExponentialQuantile) and noise
+            else None
+        )
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
-        out: PCollection[Any] = (
+        out: PCollection[Any]
+        if self._from_histogram is not None:
+            # The exponential quantile reads only the grid histogram: shards send theirs and the
+            # combine adds them (no per-person values on one worker). The noise-off test hook
+            # below still gathers the values: its exact statistic is not on the grid.
+            assert isinstance(self._mechanism, ExponentialQuantile)
+            out = (
+                shards
+                | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
+                | "GridHistogram" >> beam.Map(self._mechanism.grid_histogram)
+                | "MergeHistograms" >> beam.CombineGlobally(MergeGridHistograms())
+                | "Release" >> beam.Map(self._from_histogram)  # {value, released}
+            )
+            return out
+        out = (
             shards
             | "ReducePerPerson" >> self._per_person  # np.ndarray per shard: one value per person
             | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())  # one array, all persons

@@ -23,7 +23,8 @@ Per-person values: ``per_person`` reduces each person's rows to one value (``mea
 ``count`` (rows; no ``value``), ``max``, ``min`` of ``value``, or ``distinct`` values of
 ``value``) — so adding or removing a person adds or removes exactly one value. All of them are
 gathered on one worker for the release (:mod:`transforms.local_sensitivity`: 8 bytes per person,
-e.g. 80 MB for 10^7 persons).
+e.g. 80 MB for 10^7 persons); the default method, the exponential mechanism
+(:mod:`.exponential_quantile`), gathers a histogram of grid indices instead.
 """
 
 from __future__ import annotations

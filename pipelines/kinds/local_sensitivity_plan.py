@@ -259,8 +259,18 @@ class PerPersonPlan:
                 bounded_range=is_bounded_range(self.mechanism),
             ),
             "output": "one row: value (null for ⊥), released (false for ⊥)",
-            "gathered": "every per-person value on one worker (8 bytes per person)",
+            "gathered": self.gathered,
         }
+
+    @property
+    def gathered(self) -> str:
+        """What the releasing worker holds (transforms/local_sensitivity.py), for the manifest."""
+        if isinstance(self.mechanism, ExponentialQuantile):
+            return (
+                "a histogram of grid indices on one worker (at most "
+                f"{self.mechanism.cells + 1:,} entries of 16 bytes, whatever the person count)"
+            )
+        return "every per-person value on one worker (8 bytes per person)"
 
     def plan_lines(self) -> list[str]:
         m = self.mechanism

@@ -11,7 +11,10 @@ import pytest
 from scipy import stats
 
 from userdp.transforms.mechanisms import exponential
-from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.exponential_quantile import (
+    ExponentialQuantile,
+    merge_grid_histograms,
+)
 from userdp.transforms.mechanisms.rng import KeyedRng
 
 SECRET = bytes(range(32))
@@ -161,3 +164,43 @@ def test_bounds_too_close_for_a_grid_are_refused() -> None:
     """±5e-324: the halves the indices divide by round to 0 (every datum gave NaN, warning)."""
     with pytest.raises(ValueError, match="too close to tell apart"):
         ExponentialQuantile(Fraction(1, 2), -5e-324, 5e-324, 1.0)
+
+
+# ------------------------------------------------------------- shards send grid histograms
+
+
+def test_merged_shard_histograms_are_the_histogram_of_all_values() -> None:
+    """Any split of the values into parts (empty ones included) merges to the histogram of the
+    whole, counts added exactly; a merge that kept one count per index would fail this (the
+    same values in two parts must double)."""
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 100.0, 1, grid_bits=6)
+    rng = np.random.default_rng(5)
+    for trial in range(50):
+        values = rng.choice([0.0, 1.5, 50.0, 99.9, 100.0, 250.0, -3.0], size=trial * 3)
+        values = np.concatenate((values, rng.uniform(-10, 110, trial)))
+        cuts = np.sort(rng.integers(0, len(values) + 1, size=rng.integers(0, 5)))
+        parts = [mech.grid_histogram(p) for p in np.split(values, cuts)]
+        uniq, counts = merge_grid_histograms(parts)
+        want_idx, want_counts = np.unique(mech.grid_indices(values), return_counts=True)
+        assert uniq.tolist() == want_idx.tolist() and counts.tolist() == want_counts.tolist()
+        assert uniq.dtype == counts.dtype == np.int64
+    twice = merge_grid_histograms([mech.grid_histogram([1.5, 50.0])] * 2)
+    assert twice[1].tolist() == [2, 2]
+    empty = merge_grid_histograms([])
+    assert len(empty[0]) == len(empty[1]) == 0
+
+
+def test_the_release_from_merged_histograms_is_the_release_from_the_values() -> None:
+    """Draw for draw, from the same stream: what lets the pipeline skip gathering values."""
+    mech = ExponentialQuantile(Fraction(9, 10), 0.0, 600.0, Fraction(1, 2))
+    values = np.random.default_rng(8).lognormal(3, 1.5, 5_000)
+    for seed in range(20):
+        parts = [mech.grid_histogram(values[i::7]) for i in range(7)]
+        via_histograms = mech.release_histogram(
+            merge_grid_histograms(parts), KeyedRng(SECRET, "merge", seed)
+        )
+        assert via_histograms == mech.release(values, KeyedRng(SECRET, "merge", seed))
+    nothing = merge_grid_histograms([mech.grid_histogram([])])
+    assert mech.release_histogram(nothing, KeyedRng(SECRET, "empty")) == mech.release(
+        [], KeyedRng(SECRET, "empty")
+    )

@@ -1,4 +1,6 @@
-"""The default median/quantile (the exponential mechanism) in the job: how its share is counted.
+"""The default median/quantile (the exponential mechanism) in the job: how its share is counted,
+and that the pipeline's draw (shards send grid histograms, no per-person values gathered) is the
+core mechanism's draw from all per-person values.
 
 Under a ρ total it is ε-bounded-range, so ε²/8-zCDP (docs/accounting.md "Bounded-range
 mechanisms"; brute force in ``tests/mechanisms/test_bounded_range.py``): a ρ share buys the
@@ -13,12 +15,23 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tests.stats_helpers import TEST_SECRET
 from userdp.pipelines.config import parse_job
+from userdp.pipelines.generate import generate
+from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds.local_sensitivity_plan import PerPersonPlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
+from userdp.transforms.local_sensitivity import MergeGridHistograms
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.rng import ReleaseKey
 
 MEDIAN = {
     "name": "med",
@@ -61,6 +74,72 @@ def test_under_epsilon_totals_the_share_is_spent_as_it_is(tmp_path: Path) -> Non
     q, entry, _ = planned(tmp_path, epsilon=0.5)
     assert q.mechanism.epsilon == Fraction(1, 2)
     assert entry["counted_as"] == {"rule": "ε-DP within the ε share"}
+    assert entry["gathered"] == (
+        "a histogram of grid indices on one worker (at most 1,048,577 entries of 16 bytes, "
+        "whatever the person count)"
+    )
     q, entry, _ = planned(tmp_path, epsilon=0.5, delta=1e-6)
     assert q.mechanism.epsilon == Fraction(1, 2)
     assert entry["counted_as"] == {"rule": "ε-DP counts as (ε, 0)-DP"}
+
+
+def per_person(table: pa.Table, reduction: str, value: str, lo: float, hi: float) -> np.ndarray:
+    """Per-person values as the release computes them (rows clamped to the bounds first)."""
+    clamped = pc.min_element_wise(pc.max_element_wise(table.column(value), lo), hi)
+    table = table.set_column(table.column_names.index(value), value, clamped)
+    agg = "count" if reduction == "count" else reduction
+    grouped = table.group_by("person_id").aggregate([(value, agg)])
+    return np.asarray(grouped.column(f"{value}_{agg}").to_numpy(), dtype=np.float64)
+
+
+@pytest.mark.parametrize("shards", [1, 5])
+def test_the_pipeline_draws_what_the_core_draws_from_all_per_person_values(
+    tmp_path: Path, shards: int
+) -> None:
+    """Shards send grid histograms, merged before the release: the same draw, from the same
+    stream, as the core mechanism on every person's value at once."""
+    (tmp_path / "data").mkdir()
+    generate(300, str(tmp_path / "data" / "logs.parquet"), seed=4)
+    queries = [
+        MEDIAN,
+        {**MEDIAN, "name": "q90", "metric": "quantile", "q": 0.9, "per_person": "sum"},
+        {**MEDIAN, "name": "coarse", "per_person": "max", "grid_bits": 3},
+    ]
+    job = {
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": {"epsilon": 3.0},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": queries,
+    }
+    cfg = parse_job(job)
+    key = ReleaseKey(TEST_SECRET)
+    result = run_release(cfg, release_key=key, noise=True, num_shards=shards)
+    table = pq.read_table(tmp_path / "data" / "logs.parquet")
+    for q in plan_release(cfg).queries:
+        assert isinstance(q, PerPersonPlan) and isinstance(q.mechanism, ExponentialQuantile)
+        assert q.value is not None
+        values = per_person(table, q.reduction, q.value, q.lower, q.upper)
+        want = q.mechanism.release(values, key.for_query(q.name).rng("value"))
+        rows = pq.read_table(result.outputs[q.name]).to_pylist()
+        assert rows == [{"value": want, "released": True}], q.name
+
+
+def test_the_histogram_combine_compacts_without_changing_the_sum() -> None:
+    """However the accumulators are split, merged and compacted, the output is the histogram
+    of all the shards' values."""
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=10)
+    rng = np.random.default_rng(3)
+    shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in (0, 40, 400, 3, 900)]
+    combine = MergeGridHistograms()
+    combine.COMPACT_AT = 50  # compact nearly every time
+    first = combine.create_accumulator()
+    for h in shards[:3]:
+        first = combine.add_input(first, h)
+    assert len(first) == 1  # compacted: more than 50 entries were pending
+    second = combine.add_input(combine.create_accumulator(), shards[3])
+    second = combine.add_input(second, shards[4])
+    uniq, counts = combine.extract_output(combine.merge_accumulators([first, second]))
+    idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
+    want = np.unique(idx, return_counts=True)
+    assert uniq.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
+    assert int(counts.sum()) == 40 + 400 + 3 + 900

@@ -22,6 +22,12 @@ distinct data indices, so the candidates are grouped into at most 2n + 1 runs, o
 :func:`~.exponential.sample_exp_weights` with the run lengths as multiplicities, then a uniform
 point of the run (``rng.randbelow``). O(n log n) per release, independent of G.
 
+The scores read the data only through its **grid histogram** — the distinct grid indices and how
+many values each holds — so a pipeline sends per-shard histograms and adds them up
+(:func:`merge_grid_histograms`) instead of gathering one value per person: at most G + 1 entries
+of 16 bytes (≤ 16.8 MB at the default G = 2^20) on the worker that releases, whatever the person
+count; the draw from the merged histogram is the draw from the values (same runs, same stream).
+
 Accuracy: the released point has rank error |r − q·n| ≤ Δ·2·ln((G + 1)/β)/ε + 1 with probability
 ≥ 1 − β, whatever the spread of the values — so, unlike smooth sensitivity, no local-sensitivity
 bound is paid on dense data (measured: ``docs/accuracy.md``).
@@ -30,6 +36,7 @@ bound is paid on dense data (measured: ``docs/accuracy.md``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -49,6 +56,29 @@ from .rng import KeyedRng
 
 DEFAULT_GRID_BITS = 20  # 2^20 cells of [lower, upper]: 10^-6 of the range
 MAX_GRID_BITS = 40
+
+GridHistogram = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+"""(sorted distinct grid indices, how many values each holds): the mechanism's whole view of
+the data (:meth:`ExponentialQuantile.grid_histogram`)."""
+
+
+def merge_grid_histograms(parts: Iterable[GridHistogram]) -> GridHistogram:
+    """The histogram of the union of the parts' values (counts added per grid index, exactly:
+    integer sums). This is what lets a pipeline combine shards without gathering per-person
+    values: the mechanism's draw from the merged histogram is its draw from all the values."""
+    parts = list(parts)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    idx = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    if len(idx) == 0:
+        return idx.astype(np.int64), counts.astype(np.int64)
+    order = np.argsort(idx, kind="stable")
+    idx, counts = idx[order], counts[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(idx)) + 1))
+    return idx[starts], np.add.reduceat(counts, starts).astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
@@ -114,13 +144,23 @@ class ExponentialQuantile:
         idx = np.rint((x / 2 - lo) / span * g)
         return np.clip(idx, 0, g).astype(np.int64)
 
+    def grid_histogram(self, values: npt.ArrayLike) -> GridHistogram:
+        """The values' grid indices as (sorted distinct indices, their counts): all the
+        mechanism reads of the data (:meth:`runs`), so shards can send this instead of their
+        values and :func:`merge_grid_histograms` can add them up (at most G + 1 entries)."""
+        uniq, counts = np.unique(self.grid_indices(values), return_counts=True)
+        return uniq.astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
+
     def runs(self, values: npt.ArrayLike) -> tuple[list[int], list[int], list[int]]:
         """(scores, lengths, first grid index) of the runs of equal score covering 0 … G."""
-        idx = np.sort(self.grid_indices(values))
-        uniq, counts = np.unique(idx, return_counts=True)
+        return self.histogram_runs(self.grid_histogram(values))
+
+    def histogram_runs(self, histogram: GridHistogram) -> tuple[list[int], list[int], list[int]]:
+        """:meth:`runs` from the values' :meth:`grid_histogram`."""
+        uniq, counts = histogram
         a, d = self.q.numerator, self.q.denominator
         below = np.concatenate(([0], np.cumsum(counts)))  # values below run j's points
-        n = len(idx)
+        n = int(below[-1])
         scores: list[int] = []
         lengths: list[int] = []
         starts: list[int] = []
@@ -155,7 +195,11 @@ class ExponentialQuantile:
 
     def release(self, values: npt.ArrayLike, rng: KeyedRng) -> float:
         """One ε-DP draw of the q-quantile of ``values`` (one per person)."""
-        scores, lengths, starts = self.runs(values)
+        return self.release_histogram(self.grid_histogram(values), rng)
+
+    def release_histogram(self, histogram: GridHistogram, rng: KeyedRng) -> float:
+        """:meth:`release` from the values' :meth:`grid_histogram`: the same draw."""
+        scores, lengths, starts = self.histogram_runs(histogram)
         # far runs (exponents > 80 above the best) are drawn by rejection: the cost of a draw
         # does not grow with the person count (exponential.sample_exp_weights)
         m = self.mechanism  # q_i = factor·(max u − u_i), as ExponentialMechanism.exponents
