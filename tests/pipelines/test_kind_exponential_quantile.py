@@ -23,7 +23,7 @@ import pytest
 
 from tests.stats_helpers import TEST_SECRET
 from userdp.pipelines.config import parse_job
-from userdp.pipelines.generate import generate
+from userdp.pipelines.generate import SCHEMA, generate
 from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds.local_sensitivity_plan import PerPersonPlan
 from userdp.pipelines.plan import plan_release
@@ -122,6 +122,26 @@ def test_the_pipeline_draws_what_the_core_draws_from_all_per_person_values(
         want = q.mechanism.release(values, key.for_query(q.name).rng("value"))
         rows = pq.read_table(result.outputs[q.name]).to_pylist()
         assert rows == [{"value": want, "released": True}], q.name
+
+
+def test_empty_input_releases_the_draw_from_no_values(tmp_path: Path) -> None:
+    """No shard sends a histogram: the combine's default (empty) is released, as the core
+    releases from no values (uniform over the grid)."""
+    (tmp_path / "data").mkdir()
+    pq.write_table(SCHEMA.empty_table(), tmp_path / "data" / "empty.parquet")
+    job = {
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": {"epsilon": 1.0},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": [MEDIAN],
+    }
+    cfg = parse_job(job)
+    key = ReleaseKey(TEST_SECRET)
+    result = run_release(cfg, release_key=key, noise=True, num_shards=2)
+    (q,) = plan_release(cfg).queries
+    assert isinstance(q, PerPersonPlan)
+    want = q.mechanism.release([], key.for_query("med").rng("value"))
+    assert pq.read_table(result.outputs["med"]).to_pylist() == [{"value": want, "released": True}]
 
 
 def test_the_histogram_combine_compacts_without_changing_the_sum() -> None:
