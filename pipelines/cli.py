@@ -306,9 +306,31 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package version and the code digest (:mod:`.version`), the two
+    facts a release's manifest records as ``userdp_version`` and ``userdp_code`` — so an operator
+    can tell whether this install would re-run a release's code. The digest reads the sources
+    only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from .version import userdp_code_digest, userdp_version  # noqa: PLC0415
+
+        # one line per manifest field, named as there, to compare with a release's
+        print(f"userdp_version {userdp_version()}\nuserdp_code {userdp_code_digest()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="userdp", description="Person-level differential privacy on Apache Beam."
+    )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version and the code digest a release's manifest records, and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in COMMANDS.items():

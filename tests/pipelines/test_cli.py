@@ -19,8 +19,10 @@ import pytest
 from tests.pipelines.test_config import EXAMPLE
 from userdp.pipelines import cli
 from userdp.pipelines.cli import COMMANDS, main
+from userdp.pipelines.config import load_job
 from userdp.pipelines.entry import main as entry_main
 from userdp.pipelines.entry import print_summary
+from userdp.pipelines.plan import plan_release
 
 pytestmark = pytest.mark.slow  # whole jobs and pipelines: `make test-all`
 
@@ -60,6 +62,21 @@ def test_unknown_commands_are_refused_by_argparse() -> None:
     with pytest.raises(SystemExit) as e:
         main(["publish"])
     assert e.value.code == 2
+
+
+def test_version_prints_the_two_facts_a_manifest_records(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    manifest = plan_release(load_job(EXAMPLE)).to_manifest()
+    assert lines == [
+        f"userdp_version {manifest['userdp_version']}",
+        f"userdp_code {manifest['userdp_code']}",
+    ]
+    assert lines[1].startswith("userdp_code ") and " sha256:" in lines[1]
 
 
 def test_demo_generates_runs_and_prints_each_table_with_its_stddev(
