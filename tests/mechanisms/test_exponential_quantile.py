@@ -204,3 +204,23 @@ def test_the_release_from_merged_histograms_is_the_release_from_the_values() -> 
     assert mech.release_histogram(nothing, KeyedRng(SECRET, "empty")) == mech.release(
         [], KeyedRng(SECRET, "empty")
     )
+
+
+def test_a_histogram_that_is_not_one_is_refused() -> None:
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=4)
+    rng = KeyedRng(SECRET, "bad")
+    i64 = np.int64
+    bad = [
+        (np.array([3, 2], i64), np.array([1, 1], i64)),  # not increasing
+        (np.array([2, 2], i64), np.array([1, 1], i64)),  # repeated
+        (np.array([-1], i64), np.array([1], i64)),  # off the grid, below
+        (np.array([17], i64), np.array([1], i64)),  # off the grid: G = 16
+        (np.array([4], i64), np.array([0], i64)),  # a count below one
+    ]
+    for histogram in bad:
+        with pytest.raises(ValueError, match="increasing indices in"):
+            mech.release_histogram(histogram, rng)
+    with pytest.raises(ValueError, match="two 1-d arrays of one length"):
+        mech.release_histogram((np.array([1, 2], i64), np.array([1], i64)), rng)
+    edges = (np.array([0, 16], i64), np.array([2, 1], i64))  # both ends of the grid: accepted
+    assert 0.0 <= mech.release_histogram(edges, rng) <= 1.0

@@ -198,8 +198,25 @@ class ExponentialQuantile:
         return self.release_histogram(self.grid_histogram(values), rng)
 
     def release_histogram(self, histogram: GridHistogram, rng: KeyedRng) -> float:
-        """:meth:`release` from the values' :meth:`grid_histogram`: the same draw."""
-        scores, lengths, starts = self.histogram_runs(histogram)
+        """:meth:`release` from the values' :meth:`grid_histogram` (or a
+        :func:`merge_grid_histograms` of parts of them): the same draw, so the same guarantee —
+        pure ε-DP for add/remove one person when the values are one per person. Anything that
+        is not such a histogram (indices unsorted, repeated or off the grid, counts below one)
+        is refused: its runs would not be the scores'."""
+        uniq, counts = (np.asarray(a) for a in histogram)
+        if uniq.shape != counts.shape or uniq.ndim != 1:
+            raise ValueError("a grid histogram is two 1-d arrays of one length")
+        if len(uniq) and (
+            uniq[0] < 0
+            or uniq[-1] > self.cells
+            or bool(np.any(np.diff(uniq) <= 0))
+            or bool(np.any(counts < 1))
+        ):
+            raise ValueError(
+                "a grid histogram needs increasing indices in [0, 2^grid_bits] and counts ≥ 1 "
+                "(ExponentialQuantile.grid_histogram, merge_grid_histograms)"
+            )
+        scores, lengths, starts = self.histogram_runs((uniq, counts))
         # far runs (exponents > 80 above the best) are drawn by rejection: the cost of a draw
         # does not grow with the person count (exponential.sample_exp_weights)
         m = self.mechanism  # q_i = factor·(max u − u_i), as ExponentialMechanism.exponents
