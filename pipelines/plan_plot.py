@@ -47,7 +47,9 @@ def error_curves(job: JobConfig) -> tuple[str, dict[str, list[tuple[float, float
     for f in FACTORS:
         manifest = plan_release(_scaled(job, f)).to_manifest()
         for q in manifest["queries"]:
-            err = (q.get("statistic") or {}).get("error95_half_width")
+            # the shifted inverse's entry names its statistic ("total") instead: no closed form
+            stat = q.get("statistic")
+            err = stat.get("error95_half_width") if isinstance(stat, dict) else None
             if isinstance(err, (int, float)) and err > 0:
                 curves[label[q["name"]]].append((float((own or 0) * f), float(err)))
     return unit, curves, float(own or 0)

@@ -189,6 +189,23 @@ def test_plan_plot_draws_the_error_against_the_budget(tmp_path: Path) -> None:
     assert main(["plan", str(examples), "--plot", str(tmp_path / "x.pdf")]) == 2
 
 
+@pytest.mark.parametrize(
+    "example", ["shifted_inverse_job", "local_sensitivity_job", "sample_aggregate_job"]
+)
+def test_plan_plot_draws_every_example_and_lists_what_has_no_closed_form(
+    tmp_path: Path, example: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Queries without a closed-form error (the shifted inverse names its statistic as a
+    string in the manifest: it crashed the plot) are listed under it, not drawn."""
+    job = Path(__file__).resolve().parents[2] / "examples" / f"{example}.toml"
+    svg = tmp_path / "errors.svg"
+    assert main(["plan", str(job), "--plot", str(svg)]) == 0
+    assert svg.read_text().startswith("<?xml")
+    if example == "shifted_inverse_job":
+        assert "no closed-form error" in svg.read_text()
+        assert "not drawn (no closed-form error before the data)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "avro"])
 def test_the_largest_rows_are_read_shard_by_shard(tmp_path: Path, fmt: str) -> None:
     """The report keeps the MAX_ROWS largest values of a sharded output and its row count,
