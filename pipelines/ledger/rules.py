@@ -169,6 +169,15 @@ def refuse_changed_rerun(record: ReleaseRecord, req: ReleaseRequest) -> None:
     if (record.cost.kind, record.cost.parts()) != (req.cost.kind, req.cost.parts()):
         changes.append(f"cost: recorded {record.cost}, now {req.cost}")
     if changes:
+        # what "the original input" means: the fingerprint is of metadata, not bytes, so a
+        # byte-identical copy with new times is new input (docs/ledger.md, Input fingerprint)
+        covers = (
+            " (the input fingerprint covers each input file's path, size and modification time "
+            "— copy files back with their times, e.g. `cp -p` — and the code of userdp, the "
+            "public key files and chunk functions the release reads)"
+            if record.input_fingerprint != req.input_fingerprint
+            else ""
+        )
         raise ReleaseConflictError(
             f"release id {record.release_id!r} is already in the ledger (reserved "
             f"{record.reserved_at}, {record.status}) with a different "
@@ -176,7 +185,7 @@ def refuse_changed_rerun(record: ReleaseRecord, req: ReleaseRequest) -> None:
             + ". Refused: the id's noise key would draw the same noise on different data or "
             "queries, and subtracting the two outputs would cancel the noise and publish the "
             "difference of the true values. Use a new release id (a new charge), or restore "
-            "the original input and config to re-run this one for free"
+            f"the original input and config to re-run this one for free{covers}"
         )
 
 

@@ -208,6 +208,7 @@ def test_a_changed_rerun_is_refused_because_it_would_publish_the_difference(
         reserve(ledger, "r", **args)  # type: ignore[arg-type]
     assert "subtracting the two outputs would cancel the noise" in str(e.value)
     assert "Use a new release id (a new charge)" in str(e.value)
+    assert ("modification time" in str(e.value)) == ("fp" in change)  # only for the input
     assert spent(ledger) == eps(Fraction(1, 3)) and len(ledger.releases()) == 1
 
 
@@ -233,6 +234,8 @@ def test_the_input_fingerprint_is_stored_and_shown_keyed_by_a_key_of_its_own(
     with pytest.raises(ReleaseConflictError, match="input fingerprint: recorded hmac") as e:
         reserve(ledger, "r1", fp=other)
     assert plain not in str(e.value) and other not in str(e.value)
+    # what restoring the input means: a byte-identical copy with new times is new input
+    assert "path, size and modification time — copy files back with their times" in str(e.value)
     assert plain not in json.dumps([r.to_json() for r in ledger.releases()])
 
 
