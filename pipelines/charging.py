@@ -34,6 +34,7 @@ from .ledger import (
     open_ledger,
     periods_from_paths,
 )
+from .ledger.model import period_amount
 from .plan import ReleasePlan
 
 
@@ -164,3 +165,26 @@ def accounts_after(job: JobConfig, reservation: Reservation) -> list[AccountStat
     with open_ledger(_ledger(job).location) as ledger:
         (status,) = ledger.status(reservation.scope)
     return [status.scope, *(p for p in status.periods if p.period in reservation.periods)]
+
+
+def charge_lines(job: JobConfig, reservation: Reservation, what: str) -> list[str]:
+    """What a finished command prints about its charge: the amount for the scope and for each
+    period (a release reading several periods charges each of them more than its share, so
+    the scope's amount alone understates what a period lost), then each account as it stands.
+    ``what`` names the charge: ``release id …`` or ``tuning run …``."""
+    r = reservation
+    each = period_amount(r.counted, len(r.periods), r.scope)
+    charged = (
+        f"charged {r.counted} to {r.scope!r}"
+        + (f"; {each} to each of periods {list(r.periods)}" * bool(r.periods))
+        + f" ({what})"
+    )
+    return [charged, *account_lines(job, r)]
+
+
+def account_lines(job: JobConfig, reservation: Reservation) -> list[str]:
+    """The scope's and the release's periods' accounts after the charge, one line each."""
+    return [
+        f"  {a.name}: spent {a.spent} of {a.cap}; remaining {a.remaining}"
+        for a in accounts_after(job, reservation)
+    ]

@@ -46,7 +46,6 @@ logging.getLogger().addFilter(_BeamImportNotice())
 from .config import ConfigError, load_job  # noqa: E402  (after the filter: these load Beam)
 from .entry import print_summary  # noqa: E402
 from .interrupts import RunInterrupted, exit_code  # noqa: E402
-from .ledger.model import period_amount  # noqa: E402
 from .ledger_cli import LEDGER_HELP, add_ledger_arguments, run_ledger  # noqa: E402
 from .plan import plan_release  # noqa: E402
 from .plan_text import print_keys, print_ledger_quote, print_plan, print_runner  # noqa: E402
@@ -242,23 +241,16 @@ def _print_result(job: Any, result: Any) -> None:
     report = FileSystems.join(FileSystems.split(result.manifest)[0], "report.html")
     if FileSystems.exists(report):
         print(f"report (tables, error bars, budget split; DP outputs only): {report}")
+    from .charging import account_lines, charge_lines  # noqa: PLC0415
+
     r = result.reservation
     if r is None:
         print("no [ledger] in the job file: this run's spend is not recorded across runs")
     elif r.rerun:
         print(f"release {r.release_id!r} re-run: nothing charged (same input, job and secret)")
+        print("\n".join(account_lines(job, r)))
     else:
-        each = period_amount(r.counted, len(r.periods), r.scope)
-        print(
-            f"charged {r.counted} to {r.scope!r}"
-            + (f"; {each} to each of periods {list(r.periods)}" * bool(r.periods))
-            + f" (release id {r.release_id})"
-        )
-    if r is not None:
-        from .charging import accounts_after  # noqa: PLC0415
-
-        for a in accounts_after(job, r):
-            print(f"  {a.name}: spent {a.spent} of {a.cap}; remaining {a.remaining}")
+        print("\n".join(charge_lines(job, r, f"release id {r.release_id}")))
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:

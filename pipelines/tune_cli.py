@@ -93,7 +93,7 @@ def _tune_logged(args: argparse.Namespace, log: Any) -> int:
             file=sys.stderr,
         )
         return 1
-    print_summary(lambda: print_tune_result(result), "tune", "measured, charged and written")
+    print_summary(lambda: print_tune_result(result, job), "tune", "measured, charged and written")
     return 0
 
 
@@ -112,7 +112,7 @@ def _interruption(e: KeyboardInterrupt) -> str:
     return "interrupted; `userdp ledger history` tells whether a tuning charge stands"
 
 
-def print_tune_result(result: Any) -> None:
+def print_tune_result(result: Any, job: Any) -> None:
     from .tune_recommend import relative, setting_text  # noqa: PLC0415
 
     if not result.recommendations:
@@ -147,6 +147,8 @@ def print_tune_result(result: Any) -> None:
         print(f"report and manifest: {result.directory}/report.html, manifest.json")
     r = result.reservation
     if r is not None:
-        print(f"charged {r.counted} to {r.scope!r} (tuning run {r.release_id})")
+        from .charging import charge_lines  # noqa: PLC0415
+
+        print("\n".join(charge_lines(job, r, f"tuning run {r.release_id}")))
     elif result.recommendations:
         print("no [ledger] in the job file: this spend is not recorded across runs")

@@ -92,7 +92,13 @@ def recommend(
         if n_public:
             k, source = float(n_public), "public keys"
         else:
-            k, source = float(m["partitions"] or 1.0), "noisy count of picked partitions"
+            # the noisy count (measurements.json has it as drawn) can fall below 1, even below
+            # 0, where few partitions hold persons; the error model divides by it, so it is
+            # taken as at least 1 — and the report shows the value used, saying so
+            noisy = float(m["partitions"] or 1.0)
+            k, source = max(1.0, noisy), "noisy count of picked partitions"
+            if noisy < 1:
+                source += f" ({noisy:.4g}: taken as 1)"
         noise_abs, exponent = noise_model(job, i)
         L0, C0 = q.max_partitions_per_person, q.max_rows_per_partition
         along: list[Setting] = []

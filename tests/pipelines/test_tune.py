@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from userdp.pipelines import tune
 from userdp.pipelines.cli import main
 from userdp.pipelines.config import ConfigError, load_job
 from userdp.pipelines.generate import LogShape, generate
@@ -138,6 +139,30 @@ def test_noise_off_measures_the_exact_histogram_and_recommends_the_models_best(
         v.exact(list(durations.values())), rel=1e-12
     )
     assert mean.new.bounds is not None and mean.old.bounds == (0.0, 600.0)
+
+
+def test_a_noisy_partition_count_below_one_is_used_as_one_and_the_report_says_so(
+    logs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With few partitions the noisy count can fall below 0; the report showed −160.3 while the
+    model used 1 (user-journey review). The value used is shown, with the drawn one beside."""
+    real = tune.recommend
+
+    def drawn_negative(job, plan, groups, measurements):  # type: ignore[no-untyped-def]
+        changed = {
+            g: {**m, "partitions": -160.3} if "partitions" in m else m
+            for g, m in measurements.items()
+        }
+        return real(job, plan, groups, changed)
+
+    monkeypatch.setattr(tune, "recommend", drawn_negative)
+    job = load_job(write_job(logs, "negative"))
+    result = run_tune(job, Fraction(1), str(logs / "neg"), release_key=KEY, noise=False)
+    visits = result.recommendations[0]
+    assert visits.partitions == 1.0
+    assert visits.partitions_from == "noisy count of picked partitions (-160.3: taken as 1)"
+    report = (logs / "neg" / "report.html").read_text()
+    assert "<td>1 (noisy count of picked partitions (-160.3: taken as 1))</td>" in report
 
 
 PUBLIC_JOB = """\
@@ -314,6 +339,8 @@ def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
     assert main(["tune", str(path), "--epsilon", "0.2", "--out", str(logs / "t3")]) == 0
     out = capsys.readouterr().out
     assert "charged" in out and "tuning run logs-tune-" in out
+    # the account after the charge, as `userdp run` prints it
+    assert "  scope 'logs': spent (ε=1/5 (≈0.2), δ=0) of (ε=1/4 (≈0.25), δ=0); remaining" in out
     manifest = json.loads((logs / "t3" / "manifest.json").read_text())
     assert manifest["ledger"]["scope"] == "logs"
     assert spent(ledger, capsys) == "1/5"
