@@ -26,7 +26,10 @@ PARTITIONS_WITHOUT_BY = (
     "no partitions for a query without `by`",
     "remove `partitions` or add `by`",
 )
-_DELTA_WITHOUT_TOTAL = ("no delta share: the total has no delta", "add delta to [budget] first")
+_DELTA_WITHOUT_TOTAL = (
+    "no delta share: the total has no delta",
+    "give the total a delta first (job file: [budget] delta; library: Budget(..., delta=...))",
+)
 _DELTA_WITHOUT_EPS = (
     "an epsilon share next to the delta share",
     "an explicit (ε, δ) share states both; omit both to take an even share",
@@ -274,7 +277,8 @@ def parse_shares(
             key,
             eps if eps is not None else rho,
             f"shares of the total's kind: {kind}",
-            "a query's share is stated like the [budget] total",
+            "a query's share is stated like the total ([budget] in a job file, Budget in the "
+            "library)",
         )
     if delta is not None and not b.delta:
         v.fail(f"{k}.delta", delta, *_DELTA_WITHOUT_TOTAL)

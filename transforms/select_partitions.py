@@ -131,11 +131,23 @@ class Aggregate(beam.PTransform[Any, Any]):
         by: list[str] | tuple[str, ...],
         max_partitions_per_person: int,
         metrics: Mapping[str, Any],
+        **unknown: Any,
     ) -> None:
         super().__init__()
         from .arguments import plain_param  # noqa: PLC0415
         from .metrics import _Metric  # noqa: PLC0415
 
+        if shares := sorted(k for k in unknown if k in ("epsilon", "delta", "rho")):
+            raise TypeError(
+                f"Aggregate takes no {'/'.join(shares)}: each metric takes its own share, e.g. "
+                "metrics={'visits': Count(epsilon=0.5, delta=1e-7), ...}; the one selection is "
+                "paid from the members' shares"
+            )
+        if unknown:
+            raise TypeError(
+                f"Aggregate got unexpected keyword argument(s) {sorted(unknown)}: it takes by, "
+                "max_partitions_per_person and metrics"
+            )
         if not by:
             raise ValueError("Aggregate needs `by`: the partition columns its metrics share")
         if not isinstance(metrics, Mapping):

@@ -210,6 +210,32 @@ def test_gaussian_noise_without_delta() -> None:
         )
 
 
+def test_a_delta_share_without_a_delta_total_names_the_budget_not_a_job_file_key() -> None:
+    with (
+        pytest.raises(
+            ConfigError,
+            match=r"Count\('visits'\)\.delta = 1e-07: expected no delta share: the total has no "
+            r"delta.*library: Budget\(\.\.\., delta=\.\.\.\)",
+        ),
+        beam.Pipeline() as p,
+    ):
+        people = by_person(p | beam.Create(ROWS), exact_release(epsilon=1))
+        _ = people | "visits" >> count(epsilon=0.5, delta=1e-7)
+
+
+def test_aggregate_takes_no_share_of_its_own() -> None:
+    """Each member takes its share; a share given to the Aggregate was a bare TypeError."""
+    members = {"visits": dp.Count(max_rows_per_partition=1, epsilon=0.5, delta=5e-7)}
+    with pytest.raises(TypeError, match=r"Aggregate takes no delta/epsilon: each metric takes"):
+        dp.Aggregate(
+            by=["domain"], max_partitions_per_person=1, metrics=members, epsilon=0.5, delta=1e-6
+        )
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['partitions'\]"):
+        dp.Aggregate(
+            by=["domain"], max_partitions_per_person=1, metrics=members, partitions="private"
+        )
+
+
 def test_private_partitions_without_delta() -> None:
     with (
         pytest.raises(ConfigError, match=r"Count\('visits'\)\.partitions = 'private'"),
