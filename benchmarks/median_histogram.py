@@ -8,7 +8,8 @@ combines, as the pipeline wires them, on the same per-person values split into 6
 prints per person count:
 
 * the bytes the combine's output holds on the releasing worker (values: 8 per person;
-  histogram: 16 per distinct grid index, at most 2^20 + 1 at the default grid);
+  histogram: 16 per distinct grid index, at most 2^20 + 1 at the default grid), and the most
+  an accumulator held while merging ("peak": pending histograms are merged past 2^21 entries);
 * the seconds on that worker (combine + release), and the seconds of the per-shard histograms
   (spread over the workers that hold the shards; summed here, one core);
 * that both release the same value from the same keyed stream.
@@ -46,6 +47,17 @@ def family(name: str, persons: int) -> np.ndarray:
     return np.clip(rng.zipf(2.0, persons), 0, 600).astype(np.float64)
 
 
+class PeakMerge(MergeGridHistograms):
+    """The pipeline's combine, recording the most histogram bytes an accumulator held."""
+
+    peak = 0
+
+    def _compacted(self, acc: list[Any]) -> list[Any]:
+        held = sum(h[0].nbytes + h[1].nbytes for h in acc)
+        self.peak = max(self.peak, held)
+        return super()._compacted(acc)
+
+
 def combine(fn: Any, inputs: list[Any]) -> Any:
     """The CombineFn as a runner drives it: one accumulator per shard group, then a merge."""
     accs = []
@@ -71,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"median, ε = 1, {mech.cells:,} grid cells, {SHARDS} person shards\n")
     print(
         f"{'family':<11} {'persons':>11} | {'values: bytes':>14} {'s':>6} | "
-        f"{'histogram: bytes':>16} {'s':>6} {'shards s':>8} | ratio bytes  same value"
+        f"{'histogram: bytes':>16} {'peak bytes':>12} {'s':>6} {'shards s':>8} | "
+        "ratio bytes  same value"
     )
     for name in ("continuous", "counts"):
         for persons in (int(float(p)) for p in args.persons.split(",")):
@@ -81,14 +94,15 @@ def main(argv: list[str] | None = None) -> None:
             t_old, gathered = timed(lambda s=shards: combine(ConcatenateValues(), s))
             t_rel, old = timed(lambda g=gathered, r=rng: mech.release(g, r))
             t_shards, hists = timed(lambda s=shards: [mech.grid_histogram(x) for x in s])
-            t_new, merged = timed(lambda h=hists: combine(MergeGridHistograms(), h))
+            merge = PeakMerge()
+            t_new, merged = timed(lambda h=hists, m=merge: combine(m, h))
             rng = KeyedRng(SECRET, "median", name, str(persons))
             t_rel2, new = timed(lambda m=merged, r=rng: mech.release_histogram(m, r))
             old_bytes = gathered.nbytes
             new_bytes = merged[0].nbytes + merged[1].nbytes
             print(
                 f"{name:<11} {persons:>11,} | {old_bytes:>14,} {t_old + t_rel:>6.2f} | "
-                f"{new_bytes:>16,} {t_new + t_rel2:>6.2f} {t_shards:>8.2f} | "
+                f"{new_bytes:>16,} {merge.peak:>12,} {t_new + t_rel2:>6.2f} {t_shards:>8.2f} | "
                 f"{old_bytes / new_bytes:>11.1f}  {old == new}"
             )
 

@@ -12,7 +12,8 @@ place. So the steps are
    The exponential-mechanism quantile (the default median) reads its data only through a
    histogram of grid indices, so each shard sends its histogram and the combine adds them
    (:class:`MergeGridHistograms`: at most 2^grid_bits + 1 entries, 16.8 MB at the default
-   grid, whatever the person count); the others need the values themselves;
+   grid, and under 50 MB while merging, whatever the person count); the others need the values
+   themselves;
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
    the query's noise key, ``key.rng("value")``.
 
@@ -92,12 +93,16 @@ class ConcatenateValues(beam.CombineFn):
 class MergeGridHistograms(beam.CombineFn):
     """Per-shard grid histograms of :class:`ExponentialQuantile` → their sum (one histogram).
 
-    The accumulator is a list of histograms, compacted into one whenever it holds more than
-    ``COMPACT_AT`` entries, so a worker never holds much more than the merged histogram (at most
-    2^grid_bits + 1 entries) however many shards arrive.
+    The accumulator is a list of histograms. It is merged into one when it holds more than
+    ``COMPACT_AT`` entries *and* its pending histograms hold more than its largest one: so an
+    accumulator never holds more than max(COMPACT_AT, twice the merged histogram) entries plus
+    one input — at the default grid (2^20 + 1 entries at most) about 3·2^20 entries, 50 MB —
+    whatever the person count, and each entry is re-merged O(1) times on average (a merge at
+    least halves what is pending). ``merge_accumulators`` adds the accumulators' histograms one
+    by one under the same rule rather than concatenating them all first.
     """
 
-    COMPACT_AT = 1 << 22  # entries (16 bytes each) pending before a merge
+    COMPACT_AT = 1 << 21  # entries (16 bytes each, 32 MiB)
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
@@ -106,7 +111,9 @@ class MergeGridHistograms(beam.CombineFn):
         return []
 
     def _compacted(self, acc: list[GridHistogram]) -> list[GridHistogram]:
-        if len(acc) > 1 and sum(len(h[0]) for h in acc) > self.COMPACT_AT:
+        sizes = [len(h[0]) for h in acc]
+        total = sum(sizes)
+        if len(acc) > 1 and total > self.COMPACT_AT and total > 2 * max(sizes):
             return [merge_grid_histograms(acc)]
         return acc
 
@@ -115,7 +122,11 @@ class MergeGridHistograms(beam.CombineFn):
         return self._compacted(acc)
 
     def merge_accumulators(self, accs: Iterable[list[GridHistogram]]) -> list[GridHistogram]:
-        return self._compacted([h for acc in accs for h in acc])
+        out: list[GridHistogram] = []
+        for acc in accs:
+            for histogram in acc:
+                out = self.add_input(out, histogram)
+        return out
 
     def extract_output(self, acc: list[GridHistogram]) -> GridHistogram:
         return merge_grid_histograms(acc)

@@ -24,8 +24,8 @@ point of the run (``rng.randbelow``). O(n log n) per release, independent of G.
 
 The scores read the data only through its **grid histogram** — the distinct grid indices and how
 many values each holds — so a pipeline sends per-shard histograms and adds them up
-(:func:`merge_grid_histograms`) instead of gathering one value per person: at most G + 1 entries
-of 16 bytes (≤ 16.8 MB at the default G = 2^20) on the worker that releases, whatever the person
+(:func:`merge_grid_histograms`) instead of gathering one value per person: the merged histogram
+has at most G + 1 entries of 16 bytes (≤ 16.8 MB at the default G = 2^20), whatever the person
 count; the draw from the merged histogram is the draw from the values (same runs, same stream).
 
 Accuracy: the released point has rank error |r − q·n| ≤ Δ·2·ln((G + 1)/β)/ε + 1 with probability
