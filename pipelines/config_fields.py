@@ -172,8 +172,16 @@ class Validator:
         return int(x)
 
     def number(
-        self, t: Mapping[str, Any], key: str, *, positive: bool = False, below_one: bool = False
+        self,
+        t: Mapping[str, Any],
+        key: str,
+        *,
+        positive: bool = False,
+        below_one: bool = False,
+        hint: str = "",
     ) -> Fraction | None:
+        """An exact decimal (a float's shortest repr as a Fraction); ``hint`` says what it is
+        (default: a budget's)."""
         x = t.get(key.rsplit(".", 1)[-1], MISSING)
         if x is MISSING:
             return None
@@ -184,8 +192,10 @@ class Validator:
         if ok and below_one and not 0 <= f < 1:
             ok = False
         if not ok:
-            allowed = "a number in [0, 1)" if below_one else "a finite number > 0"
-            self.fail(key, x, allowed, "budgets are exact decimals, e.g. 1.0 or 1e-6")
+            allowed = "a finite number > 0"
+            if below_one:
+                allowed = "a number in (0, 1)" if positive else "a number in [0, 1)"
+            self.fail(key, x, allowed, hint or "budgets are exact decimals, e.g. 1.0 or 1e-6")
         return Fraction(f)
 
     def resolve(self, path: str) -> str:

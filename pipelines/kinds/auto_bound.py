@@ -112,7 +112,10 @@ class AutoBoundKind:
         if metric == "count" and value is not None:
             s.fail("value", value, "no value for metric 'count'", "remove `value`")
         exponents = _exponents(s, metric)
-        auto_share = s.number("auto_share", positive=True, below_one=True) or DEFAULT_AUTO_SHARE
+        auto_share = s.number(
+            "auto_share", positive=True, below_one=True,
+            hint="the fraction of the query's share spent choosing the bound",
+        ) or DEFAULT_AUTO_SHARE  # fmt: skip
         by, partitions, L = parse_partitioning(s)
         rho = s.budget.rho is not None
         noise = s.choice("noise", ("laplace", "gaussian"), default="gaussian" if rho else "laplace")

@@ -173,9 +173,12 @@ class QuerySection:
         return self.v.integer(self.raw, key, required=required, default=default, **limits)
 
     def number(
-        self, name: str, *, positive: bool = False, below_one: bool = False
+        self, name: str, *, positive: bool = False, below_one: bool = False, hint: str = ""
     ) -> Fraction | None:
-        return self.v.number(self.raw, self.key(name), positive=positive, below_one=below_one)
+        """``hint``: what the number is, for the error (default: the budget's hint)."""
+        return self.v.number(
+            self.raw, self.key(name), positive=positive, below_one=below_one, hint=hint
+        )
 
     def real(
         self,

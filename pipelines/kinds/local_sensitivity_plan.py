@@ -284,7 +284,8 @@ class PerPersonPlan:
             lines = [
                 head + "exponential mechanism on a grid",
                 f"ε={float(m.epsilon):.4g}, {m.cells:,} grid cells of width "
-                f"{(m.upper - m.lower) / m.cells:.3g}; rank error ≤ "
+                # each bound divided first: upper − lower overflows for bounds near ±1e308
+                f"{m.upper / m.cells - m.lower / m.cells:.3g}; rank error ≤ "
                 f"{_rank_error(m):.3g} persons with probability ≥ 95%",
             ]
         else:

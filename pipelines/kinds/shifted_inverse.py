@@ -75,21 +75,29 @@ def parse_partitioning(s: QuerySection) -> tuple[tuple[str, ...], str | None, in
 
 def _grid_options(s: QuerySection) -> dict[str, Any]:
     """``upper``, ``resolution``, ``beta``, ``grid``, ``growth``, ``search``, ``noise``."""
-    upper = s.number("upper", positive=True) or DEFAULT_UPPER
-    resolution = s.number("resolution", positive=True) or Fraction(1)
-    beta = s.number("beta", positive=True, below_one=True) or Fraction(1, 10)
+    upper = s.number("upper", positive=True, hint="D, the largest value the grid can release")
+    upper = upper or DEFAULT_UPPER
+    resolution = s.number("resolution", positive=True, hint="d, the grid step near zero")
+    resolution = resolution or Fraction(1)
+    beta = s.number("beta", positive=True, below_one=True, hint="the failure probability β")
+    beta = beta or Fraction(1, 10)
     grid = s.choice("grid", GRIDS, default="linear")
     if grid == "linear" and s.has("growth"):
         s.fail("growth", s.get("growth"), "no growth for a linear grid", 'or grid = "log"')
-    growth = (s.number("growth", positive=True) or DEFAULT_GROWTH) if grid == "log" else None
+    growth = None
+    if grid == "log":
+        growth = s.number("growth", positive=True, hint="> 1: 1.01 for 1% steps") or DEFAULT_GROWTH
     for key, x in (("upper", upper), ("resolution", resolution), ("growth", growth)):
         if x is not None and not math.isfinite(finite_float(x)):  # 10^400: no float holds it
             s.fail(key, s.get(key), "a number below 1.8e308", "values are floats")
     try:
         OutputGrid(upper, resolution, grid, growth)
     except ValueError as e:
-        key = "resolution" if "upper / resolution" in str(e) else "growth"
-        s.fail(key, s.get(key), "a grid with D/d whole and at most 10^6 log points", str(e))
+        if "upper / resolution" in str(e):
+            s.fail("resolution", s.get("resolution"), "a resolution d that divides upper", str(e))
+        if "growth must be" in str(e):
+            s.fail("growth", s.get("growth"), "a growth > 1", str(e))
+        s.fail("growth", s.get("growth"), "a log grid of at most 10^6 points", str(e))
     rho = s.budget.rho is not None
     search = s.choice("search", SEARCHES, default="binary" if rho else "exponential")
     zcdp = rho and search == "binary"

@@ -83,6 +83,20 @@ def test_under_epsilon_totals_the_share_is_spent_as_it_is(tmp_path: Path) -> Non
     assert entry["counted_as"] == {"rule": "ε-DP counts as (ε, 0)-DP"}
 
 
+def test_the_plan_states_a_finite_cell_width_for_bounds_near_the_float_range(
+    tmp_path: Path,
+) -> None:
+    job = {
+        "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+        "budget": {"epsilon": 1.0},
+        "output": {"path": str(tmp_path / "release")},
+        "queries": [{**MEDIAN, "bounds": [-1e308, 1e308]}],
+    }
+    out = io.StringIO()
+    print_plan(plan_release(parse_job(job)), out)
+    assert "1,048,576 grid cells of width 1.91e+302" in out.getvalue()  # was "width inf"
+
+
 def per_person(table: pa.Table, reduction: str, value: str, lo: float, hi: float) -> np.ndarray:
     """Per-person values as the release computes them (rows clamped to the bounds first)."""
     clamped = pc.min_element_wise(pc.max_element_wise(table.column(value), lo), hi)
@@ -146,20 +160,29 @@ def test_empty_input_releases_the_draw_from_no_values(tmp_path: Path) -> None:
 
 def test_the_histogram_combine_compacts_without_changing_the_sum() -> None:
     """However the accumulators are split, merged and compacted, the output is the histogram
-    of all the shards' values."""
+    of all the shards' values, and an accumulator never holds more than max(COMPACT_AT, twice
+    the merged histogram) entries plus one input."""
     mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=10)
     rng = np.random.default_rng(3)
-    shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in (0, 40, 400, 3, 900)]
-    combine = MergeGridHistograms()
-    combine.COMPACT_AT = 50  # compact nearly every time
-    first = combine.create_accumulator()
-    for h in shards[:3]:
-        first = combine.add_input(first, h)
-    assert len(first) == 1  # compacted: more than 50 entries were pending
-    second = combine.add_input(combine.create_accumulator(), shards[3])
-    second = combine.add_input(second, shards[4])
-    uniq, counts = combine.extract_output(combine.merge_accumulators([first, second]))
+    sizes = [0, 40, 400, 3, 900, *([30] * 40)]
+    shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in sizes]
     idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
     want = np.unique(idx, return_counts=True)
+    largest_input = max(len(h[0]) for h in shards)
+    combine = MergeGridHistograms()
+    combine.COMPACT_AT = 50  # compact often
+    bound = max(combine.COMPACT_AT, 2 * len(want[0])) + largest_input
+    accs = []
+    for i, part in enumerate((shards[:5], shards[5:25], shards[25:])):
+        acc = combine.create_accumulator()
+        for h in part:
+            acc = combine.add_input(acc, h)
+            assert sum(len(x[0]) for x in acc) <= bound
+        if i > 0:  # 20 small inputs each: merged on the way
+            assert len(acc) < len(part)
+        accs.append(acc)
+    merged = combine.merge_accumulators(accs)
+    assert sum(len(x[0]) for x in merged) <= bound
+    uniq, counts = combine.extract_output(merged)
     assert uniq.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
-    assert int(counts.sum()) == 40 + 400 + 3 + 900
+    assert int(counts.sum()) == sum(sizes)

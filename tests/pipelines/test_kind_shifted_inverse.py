@@ -79,9 +79,33 @@ AUTO = {"name": "a", "metric": "count", "bound": "auto"}
     [
         ({**TOTAL, "per_person": "sum"}, {}, r"queries\[0\]\.per_person = 'sum': expected one of"),
         ({**TOTAL, "resolution": 0.3}, {}, r"queries\[0\]\.resolution = 0\.3: .*whole number"),
-        ({**TOTAL, "beta": 1.5}, {}, r"queries\[0\]\.beta = 1\.5: expected a number in \[0, 1\)"),
+        (
+            {**TOTAL, "beta": 1.5},
+            {},
+            r"queries\[0\]\.beta = 1\.5: expected a number in \(0, 1\)\. the failure probability",
+        ),
         ({**TOTAL, "growth": 1.1}, {}, r"queries\[0\]\.growth = 1\.1: expected no growth"),
-        ({**TOTAL, "grid": "log", "growth": 1}, {}, r"queries\[0\]\.growth = 1: .*> 1"),
+        (
+            {**TOTAL, "grid": "log", "growth": 1},
+            {},
+            r"queries\[0\]\.growth = 1: expected a growth > 1\. growth must be > 1, got 1$",
+        ),
+        (
+            {**TOTAL, "upper": -5},
+            {},
+            r"queries\[0\]\.upper = -5: expected a finite number > 0\. D, the largest value",
+        ),
+        (
+            {**TOTAL, "upper": 10, "resolution": 3},
+            {},
+            r"resolution = 3: expected a resolution d that divides upper\. upper / resolution "
+            r"must be a whole number, got 10 / 3;",
+        ),
+        (
+            {**TOTAL, "resolution": 0},
+            {},
+            r"queries\[0\]\.resolution = 0: expected a finite number > 0\. d, the grid step",
+        ),
         ({**TOTAL, "search": "ternary"}, {}, r"queries\[0\]\.search = 'ternary': expected one of"),
         ({**TOTAL, "noise": "laplace"}, {}, r"queries\[0\]\.noise = 'laplace': expected no noise"),
         (

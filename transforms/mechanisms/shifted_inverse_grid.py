@@ -47,8 +47,8 @@ class OutputGrid:
         ratio = upper / res
         if ratio.denominator != 1:
             raise ValueError(
-                f"upper / resolution must be a whole number, got {self.upper!r} / "
-                f"{self.resolution!r}; pick D as a multiple of d"
+                f"upper / resolution must be a whole number, got {upper} / {res}; pick D as a "
+                "multiple of d"
             )
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "resolution", res)
@@ -58,7 +58,7 @@ class OutputGrid:
                 raise ValueError("a log grid needs growth > 1, e.g. growth=1.01 for 1% steps")
             g = as_fraction(self.growth, "growth")
             if g <= 1:
-                raise ValueError(f"growth must be > 1, got {self.growth!r}")
+                raise ValueError(f"growth must be > 1, got {g}")
             object.__setattr__(self, "growth", g)
             mult = _geometric_multipliers(ratio.numerator, g)
         elif self.kind == "linear":
