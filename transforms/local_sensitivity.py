@@ -97,9 +97,10 @@ class MergeGridHistograms(beam.CombineFn):
     ``COMPACT_AT`` entries *and* its pending histograms hold more than its largest one: so an
     accumulator never holds more than max(COMPACT_AT, twice the merged histogram) entries plus
     one input — at the default grid (2^20 + 1 entries at most) about 3·2^20 entries, 50 MB —
-    whatever the person count, and each entry is re-merged O(1) times on average (a merge at
-    least halves what is pending). ``merge_accumulators`` adds the accumulators' histograms one
-    by one under the same rule rather than concatenating them all first.
+    whatever the person count; and the merges sort about twice the entries that arrive at most
+    (a merge happens only once the pending entries outnumber the largest histogram's, so it
+    sorts at most twice what was pending). ``merge_accumulators`` adds the accumulators'
+    histograms one by one under the same rule rather than concatenating them all first.
     """
 
     COMPACT_AT = 1 << 21  # entries (16 bytes each, 32 MiB)
