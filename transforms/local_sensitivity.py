@@ -11,9 +11,8 @@ place. So the steps are
    10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design).
    The exponential-mechanism quantile (the default median) reads its data only through a
    histogram of grid indices, so each shard sends its histogram and the combine adds them
-   (:class:`MergeGridHistograms`: at most 2^grid_bits + 1 entries, 16.8 MB at the default
-   grid, and under 50 MB while merging, whatever the person count); the others need the values
-   themselves;
+   (:mod:`.grid_histogram`: one int64 count per grid point, 8.4 MB at the default grid,
+   whatever the person count); the others need the values themselves;
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
    the query's noise key, ``key.rng("value")``.
 
@@ -47,12 +46,9 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms import combiners
 
 from .columns import PERSON_COLUMN
+from .grid_histogram import grid_histogram_combine
 from .keys import KeySource, NoiseKey
-from .mechanisms.exponential_quantile import (
-    ExponentialQuantile,
-    GridHistogram,
-    merge_grid_histograms,
-)
+from .mechanisms.exponential_quantile import ExponentialQuantile, GridHistogram
 from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
@@ -88,49 +84,6 @@ class ConcatenateValues(beam.CombineFn):
         if not acc:
             return np.zeros(0, dtype=np.float64)
         return np.concatenate(acc).astype(np.float64, copy=False)
-
-
-class MergeGridHistograms(beam.CombineFn):
-    """Per-shard grid histograms of :class:`ExponentialQuantile` → their sum (one histogram).
-
-    The accumulator is a list of histograms. It is merged into one when it holds more than
-    ``COMPACT_AT`` entries *and* its pending histograms hold more than its largest one: so an
-    accumulator never holds more than max(COMPACT_AT, twice the merged histogram) entries plus
-    one input — at the default grid (2^20 + 1 entries at most) about 3·2^20 entries, 50 MB —
-    whatever the person count; and the merges sort about twice the entries that arrive at most
-    (a merge happens only once the pending entries outnumber the largest histogram's, so it
-    sorts at most twice what was pending). ``merge_accumulators`` adds the accumulators'
-    histograms one by one under the same rule rather than concatenating them all first.
-    """
-
-    COMPACT_AT = 1 << 21  # entries (16 bytes each, 32 MiB)
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
-
-    def create_accumulator(self) -> list[GridHistogram]:
-        return []
-
-    def _compacted(self, acc: list[GridHistogram]) -> list[GridHistogram]:
-        sizes = [len(h[0]) for h in acc]
-        total = sum(sizes)
-        if len(acc) > 1 and total > self.COMPACT_AT and total > 2 * max(sizes):
-            return [merge_grid_histograms(acc)]
-        return acc
-
-    def add_input(self, acc: list[GridHistogram], histogram: GridHistogram) -> list[GridHistogram]:
-        acc.append(histogram)
-        return self._compacted(acc)
-
-    def merge_accumulators(self, accs: Iterable[list[GridHistogram]]) -> list[GridHistogram]:
-        out: list[GridHistogram] = []
-        for acc in accs:
-            for histogram in acc:
-                out = self.add_input(out, histogram)
-        return out
-
-    def extract_output(self, acc: list[GridHistogram]) -> GridHistogram:
-        return merge_grid_histograms(acc)
 
 
 class _ReleaseQuantileFromHistogram:
@@ -227,7 +180,8 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 shards
                 | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
                 | "GridHistogram" >> beam.Map(self._mechanism.grid_histogram)
-                | "MergeHistograms" >> beam.CombineGlobally(MergeGridHistograms())
+                | "MergeHistograms"
+                >> beam.CombineGlobally(grid_histogram_combine(self._mechanism.cells))
                 | "Release" >> beam.Map(self._from_histogram)  # {value, released}
             )
             return out

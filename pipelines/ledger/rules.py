@@ -174,7 +174,7 @@ def refuse_changed_rerun(record: ReleaseRecord, req: ReleaseRequest) -> None:
         covers = (
             " (the input fingerprint covers each input file's path, size and modification time "
             "— copy files back with their times, e.g. `cp -p` — and the code of userdp, the "
-            "public key files and chunk functions the release reads)"
+            "public key files, chunk functions and [release] key file the release reads)"
             if record.input_fingerprint != req.input_fingerprint
             else ""
         )

@@ -220,6 +220,10 @@ def test_a_histogram_that_is_not_one_is_refused() -> None:
     for histogram in bad:
         with pytest.raises(ValueError, match="increasing indices in"):
             mech.release_histogram(histogram, rng)
+    with pytest.raises(ValueError, match="indices and counts are integer arrays"):
+        mech.release_histogram((np.array([1, 2], i64), np.array([1.5, 1.0])), rng)
+    with pytest.raises(ValueError, match="indices and counts are integer arrays"):
+        mech.release_histogram((np.array([False, True]), np.array([1, 1], i64)), rng)
     with pytest.raises(ValueError, match="two 1-d arrays of one length"):
         mech.release_histogram((np.array([1, 2], i64), np.array([1], i64)), rng)
     edges = (np.array([0, 16], i64), np.array([2, 1], i64))  # both ends of the grid: accepted

@@ -15,6 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +29,13 @@ from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds.local_sensitivity_plan import PerPersonPlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
-from userdp.transforms.local_sensitivity import MergeGridHistograms
+from userdp.transforms.grid_histogram import (
+    DENSE_CELLS,
+    AddGridHistograms,
+    MergeSparseGridHistograms,
+    grid_histogram_combine,
+)
+from userdp.transforms.local_sensitivity import ReleasePerPersonStatistic
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.rng import ReleaseKey
@@ -158,31 +165,94 @@ def test_empty_input_releases_the_draw_from_no_values(tmp_path: Path) -> None:
     assert pq.read_table(result.outputs["med"]).to_pylist() == [{"value": want, "released": True}]
 
 
-def test_the_histogram_combine_compacts_without_changing_the_sum() -> None:
-    """However the accumulators are split, merged and compacted, the output is the histogram
-    of all the shards' values, and an accumulator never holds more than max(COMPACT_AT, twice
-    the merged histogram) entries plus one input."""
+def drive(combine: Any, bundles: list[list[Any]], ship: bool) -> Any:
+    """A runner's use of the combine: one accumulator per bundle, optionally compacted as if
+    sent between workers, then one merge and the output."""
+    accs = []
+    for bundle in bundles:
+        acc = combine.create_accumulator()
+        for h in bundle:
+            acc = combine.add_input(acc, h)
+        accs.append(combine.compact(acc) if ship else acc)
+    return combine.extract_output(combine.merge_accumulators(accs))
+
+
+def test_dense_counts_add_the_histograms_however_they_are_split_and_shipped() -> None:
+    """The default grid's combine: one int64 count per grid point. Empty bundles, accumulators
+    sent as histograms (compact) or as arrays, in any grouping: the histogram of all values."""
     mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=10)
     rng = np.random.default_rng(3)
-    sizes = [0, 40, 400, 3, 900, *([30] * 40)]
-    shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in sizes]
+    shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in (0, 40, 400, 3, 900, 30, 30)]
     idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
     want = np.unique(idx, return_counts=True)
-    largest_input = max(len(h[0]) for h in shards)
-    combine = MergeGridHistograms()
-    combine.COMPACT_AT = 50  # compact often
-    bound = max(combine.COMPACT_AT, 2 * len(want[0])) + largest_input
+    combine = grid_histogram_combine(mech.cells)
+    assert isinstance(combine, AddGridHistograms)
+    for ship in (False, True):
+        for bundles in ([shards], [shards[:2], [], shards[2:5], shards[5:]], [[h] for h in shards]):
+            uniq, counts = drive(combine, bundles, ship)
+            assert uniq.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
+            assert uniq.dtype == counts.dtype == np.int64
+    acc = combine.add_input(combine.create_accumulator(), shards[1])
+    assert isinstance(acc, np.ndarray) and acc.shape == (mech.cells + 1,)  # one count per point
+    assert drive(combine, [[], []], ship=True)[0].tolist() == []  # nothing: the empty histogram
+
+
+def test_finer_grids_merge_sparse_lists_within_their_bound() -> None:
+    """Above DENSE_CELLS the combine keeps lists of histograms: the output is the sum, and a list
+    never holds more than max(COMPACT_AT, twice the merged histogram) entries plus one input —
+    here 40 shards over 60 distinct points send 1,200 entries against a bound of 150, so a
+    combine that never merged, or merged only at four times the largest, would break it."""
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 1.0, 1, grid_bits=30)
+    assert mech.cells > DENSE_CELLS
+    rng = np.random.default_rng(4)
+    points = rng.uniform(0, 1, 60)  # 60 distinct grid points at 2^30 cells
+    shards = [mech.grid_histogram(rng.choice(points, 30, replace=False)) for _ in range(40)]
+    idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
+    want = np.unique(idx, return_counts=True)
+    combine = grid_histogram_combine(mech.cells)
+    assert isinstance(combine, MergeSparseGridHistograms)
+    combine.COMPACT_AT = 50
+    bound = max(combine.COMPACT_AT, 2 * len(want[0])) + 30
+    assert bound == 150 and len(idx) == 1200
     accs = []
-    for i, part in enumerate((shards[:5], shards[5:25], shards[25:])):
+    for bundle in (shards[:15], shards[15:], []):
         acc = combine.create_accumulator()
-        for h in part:
+        for h in bundle:
             acc = combine.add_input(acc, h)
             assert sum(len(x[0]) for x in acc) <= bound
-        if i > 0:  # 20 small inputs each: merged on the way
-            assert len(acc) < len(part)
         accs.append(acc)
     merged = combine.merge_accumulators(accs)
     assert sum(len(x[0]) for x in merged) <= bound
     uniq, counts = combine.extract_output(merged)
     assert uniq.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
-    assert int(counts.sum()) == sum(sizes)
+
+
+def test_the_default_median_does_not_gather_per_person_values() -> None:
+    """The pipeline graph: shards send grid histograms to the dense combine; no step gathers
+    the values (the noise-off test hook still does, for its exact statistic)."""
+    from apache_beam.pipeline import PipelineVisitor  # noqa: PLC0415
+
+    class Labels(PipelineVisitor):  # type: ignore[misc]  # Beam is unannotated
+        def __init__(self) -> None:
+            self.seen: set[str] = set()
+
+        def enter_composite_transform(self, node: Any) -> None:
+            self.seen.add(node.full_label)
+
+        def visit_transform(self, node: Any) -> None:
+            self.seen.add(node.full_label)
+
+    mech = ExponentialQuantile(Fraction(1, 2), 0.0, 600.0, 1)
+    labels = {}
+    for noise in (True, False):
+        p = beam.Pipeline()
+        release = ReleasePerPersonStatistic(
+            mech, "mean", "duration_s", keys=ReleaseKey(TEST_SECRET), query="med", noise=noise
+        )
+        _ = p | beam.Create([]) | "med" >> release
+        visitor = Labels()
+        p.visit(visitor)
+        labels[noise] = visitor.seen
+    assert {"med/GridHistogram", "med/MergeHistograms"} <= labels[True]
+    assert not any("Gather" in label for label in labels[True])
+    assert "med/GatherValues" in labels[False]

@@ -206,6 +206,8 @@ class ExponentialQuantile:
         uniq, counts = (np.asarray(a) for a in histogram)
         if uniq.shape != counts.shape or uniq.ndim != 1:
             raise ValueError("a grid histogram is two 1-d arrays of one length")
+        if not all(a.dtype.kind in "iu" for a in (uniq, counts)):  # not bool, not float
+            raise ValueError("a grid histogram's indices and counts are integer arrays")
         if len(uniq) and (
             uniq[0] < 0
             or uniq[-1] > self.cells
