@@ -29,9 +29,8 @@ import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 
-from .mechanisms.exponential_quantile import GridHistogram, merge_grid_histograms
+from .mechanisms.exponential_quantile import DENSE_CELLS, GridHistogram, merge_grid_histograms
 
-DENSE_CELLS = 1 << 22  # dense counts up to 2^22 + 1 points: 32 MiB
 I64 = npt.NDArray[np.int64]
 DenseAcc = I64 | GridHistogram | None  # counts per point, a compacted histogram, or nothing yet
 

@@ -38,7 +38,7 @@ from userdp.transforms.mechanisms.accounting import (
     float_down,
     zcdp_budget_for,
 )
-from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.exponential_quantile import DENSE_CELLS, ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.smooth_sensitivity import (
@@ -264,12 +264,16 @@ class PerPersonPlan:
 
     @property
     def gathered(self) -> str:
-        """What the releasing worker holds (transforms/local_sensitivity.py), for the manifest."""
-        if isinstance(self.mechanism, ExponentialQuantile):
+        """What the releasing worker holds (transforms/local_sensitivity.py and
+        transforms/grid_histogram.py, which choose by the public grid size), for the manifest."""
+        m = self.mechanism
+        if isinstance(m, ExponentialQuantile) and m.cells <= DENSE_CELLS:
             return (
-                "a histogram of grid indices on one worker (at most "
-                f"{self.mechanism.cells + 1:,} entries of 16 bytes, whatever the person count)"
+                f"one count per grid point on one worker ({m.cells + 1:,} counts of 8 bytes, "
+                "whatever the person count)"
             )
+        if isinstance(m, ExponentialQuantile):
+            return "the distinct grid points on one worker (16 bytes each, up to one per person)"
         return "every per-person value on one worker (8 bytes per person)"
 
     def plan_lines(self) -> list[str]:

@@ -82,8 +82,8 @@ def test_under_epsilon_totals_the_share_is_spent_as_it_is(tmp_path: Path) -> Non
     assert q.mechanism.epsilon == Fraction(1, 2)
     assert entry["counted_as"] == {"rule": "ε-DP within the ε share"}
     assert entry["gathered"] == (
-        "a histogram of grid indices on one worker (at most 1,048,577 entries of 16 bytes, "
-        "whatever the person count)"
+        "one count per grid point on one worker (1,048,577 counts of 8 bytes, whatever the "
+        "person count)"
     )
     q, entry, _ = planned(tmp_path, epsilon=0.5, delta=1e-6)
     assert q.mechanism.epsilon == Fraction(1, 2)

@@ -56,6 +56,9 @@ from .rng import KeyedRng
 
 DEFAULT_GRID_BITS = 20  # 2^20 cells of [lower, upper]: 10^-6 of the range
 MAX_GRID_BITS = 40
+DENSE_CELLS = 1 << 22
+"""Grids of at most this many cells are combined as one int64 count per grid point (32 MiB at
+most; ``transforms/grid_histogram.py``), finer ones as sparse histograms."""
 
 GridHistogram = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 """(sorted distinct grid indices, how many values each holds): the mechanism's whole view of
