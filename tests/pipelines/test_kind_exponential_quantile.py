@@ -117,14 +117,16 @@ def per_person(table: pa.Table, reduction: str, value: str, lo: float, hi: float
 def test_the_pipeline_draws_what_the_core_draws_from_all_per_person_values(
     tmp_path: Path, shards: int
 ) -> None:
-    """Shards send grid histograms, merged before the release: the same draw, from the same
-    stream, as the core mechanism on every person's value at once."""
+    """Shards send grid histograms, merged before the release (dense counts, and sparse lists
+    for the 2^30-cell grid): the same draw, from the same stream, as the core mechanism on
+    every person's value at once."""
     (tmp_path / "data").mkdir()
     generate(300, str(tmp_path / "data" / "logs.parquet"), seed=4)
     queries = [
         MEDIAN,
         {**MEDIAN, "name": "q90", "metric": "quantile", "q": 0.9, "per_person": "sum"},
         {**MEDIAN, "name": "coarse", "per_person": "max", "grid_bits": 3},
+        {**MEDIAN, "name": "fine", "grid_bits": 30},  # above DENSE_CELLS: the sparse combine
     ]
     job = {
         "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
