@@ -294,6 +294,7 @@ class PerPersonPlan:
             ]
         else:
             lines = [head + "propose-test-release", *_ptr_lines(m)]
+        lines.append(f"memory: {self.gathered}")  # sizing a cluster's releasing worker
         br = is_bounded_range(m)
         guarantee = _guarantee_line(self.share, self.guarantee, self.zcdp_delta, bounded_range=br)
         return [*lines, guarantee]

@@ -102,6 +102,7 @@ def test_the_plan_states_a_finite_cell_width_for_bounds_near_the_float_range(
     out = io.StringIO()
     print_plan(plan_release(parse_job(job)), out)
     assert "1,048,576 grid cells of width 1.91e+302" in out.getvalue()  # was "width inf"
+    assert "memory: one count per grid point on one worker (1,048,577 counts" in out.getvalue()
 
 
 def per_person(table: pa.Table, reduction: str, value: str, lo: float, hi: float) -> np.ndarray:
