@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
                 return gathered, mech.release(gathered, KeyedRng(SECRET, "median", n, str(k)))
 
             def merge(h: list[Any] = hists, n: str = name, k: int = persons) -> Any:
-                merged = combine(grid_histogram_combine(mech.cells), h)
+                merged = combine(grid_histogram_combine(mech), h)
                 rng = KeyedRng(SECRET, "median", n, str(k))
                 return merged, mech.release_histogram(merged, rng)
 

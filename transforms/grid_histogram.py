@@ -29,16 +29,20 @@ import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 
-from .mechanisms.exponential_quantile import DENSE_CELLS, GridHistogram, merge_grid_histograms
+from .mechanisms.exponential_quantile import (
+    ExponentialQuantile,
+    GridHistogram,
+    merge_grid_histograms,
+)
 
 I64 = npt.NDArray[np.int64]
 DenseAcc = I64 | GridHistogram | None  # counts per point, a compacted histogram, or nothing yet
 
 
-def grid_histogram_combine(cells: int) -> beam.CombineFn:
-    """The combine for a grid of ``cells`` cells (public): dense counts up to ``DENSE_CELLS``."""
-    if cells <= DENSE_CELLS:
-        return AddGridHistograms(cells)
+def grid_histogram_combine(mechanism: ExponentialQuantile) -> beam.CombineFn:
+    """The combine for the mechanism's public grid: dense counts up to ``DENSE_CELLS`` cells."""
+    if mechanism.dense_counts:
+        return AddGridHistograms(mechanism.cells)
     return MergeSparseGridHistograms()
 
 

@@ -162,9 +162,10 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         # 1e308 twice) can make a per-person value NaN or infinite and the release raise
         self._per_person = ReducePerPerson(reduction, value, (mechanism.lower, mechanism.upper))
         self._mechanism = mechanism
-        self._release = _ReleaseValue(mechanism, keys.for_query(query), noise)
+        key = keys.for_query(query)
+        self._release = _ReleaseValue(mechanism, key, noise)
         self._from_histogram = (
-            _ReleaseQuantileFromHistogram(mechanism, keys.for_query(query))
+            _ReleaseQuantileFromHistogram(mechanism, key)
             if isinstance(mechanism, ExponentialQuantile) and noise
             else None
         )
@@ -180,8 +181,7 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 shards
                 | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
                 | "GridHistogram" >> beam.Map(self._mechanism.grid_histogram)
-                | "MergeHistograms"
-                >> beam.CombineGlobally(grid_histogram_combine(self._mechanism.cells))
+                | "MergeHistograms" >> beam.CombineGlobally(grid_histogram_combine(self._mechanism))
                 | "Release" >> beam.Map(self._from_histogram)  # {value, released}
             )
             return out

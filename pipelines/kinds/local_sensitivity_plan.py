@@ -38,7 +38,7 @@ from userdp.transforms.mechanisms.accounting import (
     float_down,
     zcdp_budget_for,
 )
-from userdp.transforms.mechanisms.exponential_quantile import DENSE_CELLS, ExponentialQuantile
+from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.smooth_sensitivity import (
@@ -267,7 +267,7 @@ class PerPersonPlan:
         """What the releasing worker holds (transforms/local_sensitivity.py and
         transforms/grid_histogram.py, which choose by the public grid size), for the manifest."""
         m = self.mechanism
-        if isinstance(m, ExponentialQuantile) and m.cells <= DENSE_CELLS:
+        if isinstance(m, ExponentialQuantile) and m.dense_counts:
             return (
                 f"one count per grid point on one worker ({m.cells + 1:,} counts of 8 bytes, "
                 "whatever the person count)"

@@ -30,14 +30,13 @@ from userdp.pipelines.kinds.local_sensitivity_plan import PerPersonPlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
 from userdp.transforms.grid_histogram import (
-    DENSE_CELLS,
     AddGridHistograms,
     MergeSparseGridHistograms,
     grid_histogram_combine,
 )
 from userdp.transforms.local_sensitivity import ReleasePerPersonStatistic
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
-from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.exponential_quantile import DENSE_CELLS, ExponentialQuantile
 from userdp.transforms.mechanisms.rng import ReleaseKey
 
 MEDIAN = {
@@ -188,7 +187,7 @@ def test_dense_counts_add_the_histograms_however_they_are_split_and_shipped() ->
     shards = [mech.grid_histogram(rng.uniform(0, 1, n)) for n in (0, 40, 400, 3, 900, 30, 30)]
     idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
     want = np.unique(idx, return_counts=True)
-    combine = grid_histogram_combine(mech.cells)
+    combine = grid_histogram_combine(mech)
     assert isinstance(combine, AddGridHistograms)
     for ship in (False, True):
         for bundles in ([shards], [shards[:2], [], shards[2:5], shards[5:]], [[h] for h in shards]):
@@ -212,7 +211,7 @@ def test_finer_grids_merge_sparse_lists_within_their_bound() -> None:
     shards = [mech.grid_histogram(rng.choice(points, 30, replace=False)) for _ in range(40)]
     idx = np.concatenate([np.repeat(h[0], h[1]) for h in shards])
     want = np.unique(idx, return_counts=True)
-    combine = grid_histogram_combine(mech.cells)
+    combine = grid_histogram_combine(mech)
     assert isinstance(combine, MergeSparseGridHistograms)
     combine.COMPACT_AT = 50
     bound = max(combine.COMPACT_AT, 2 * len(want[0])) + 30

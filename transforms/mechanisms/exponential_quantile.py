@@ -132,6 +132,12 @@ class ExponentialQuantile:
     def cells(self) -> int:
         return 1 << self.grid_bits
 
+    @property
+    def dense_counts(self) -> bool:
+        """Whether a pipeline adds its histograms as one count per grid point (``DENSE_CELLS``):
+        the one rule both the combine and the plan's memory line follow."""
+        return self.cells <= DENSE_CELLS
+
     def grid_indices(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Each value clamped and rounded to its nearest grid index in [0, G] (NaN refused)."""
         x = np.asarray(values, dtype=np.float64).ravel()
