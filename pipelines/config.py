@@ -45,7 +45,7 @@ from .config_model import (
     canonical_hash,
 )
 from .config_paths import check_private_paths
-from .kinds import METRIC_KINDS, REFUSED_METRICS, kind_for, kind_of
+from .kinds import METRIC_KINDS, kind_for, kind_of
 from .kinds.base import QuerySection
 from .output_layout import MAX_OUTPUT_SHARDS, first_name_clash
 
@@ -424,7 +424,6 @@ def _parse_query(
     if not is_query_name(name):
         v.fail(f"{k}.name", name, *_BAD_NAME)
     metric = q.get("metric", MISSING)
-    if metric not in tuple(METRIC_KINDS):  # the list shown leaves out metrics kept to refuse
-        offered = ", ".join(m for m in METRIC_KINDS if m not in REFUSED_METRICS)
-        v.fail(f"{k}.metric", metric, f"one of {offered}", "")
+    if metric not in tuple(METRIC_KINDS):
+        v.fail(f"{k}.metric", metric, f"one of {', '.join(METRIC_KINDS)}", "")
     return kind_for(metric).parse(QuerySection(v, q, i, budget, prefix=k))

@@ -25,11 +25,11 @@ columns, then the released columns — that you write with any Beam sink::
 Every metric of the job file is here with the same keyword names and rules (it is parsed and
 planned by the same code; ``userdp run`` builds its pipeline through these transforms): ``Count``,
 ``Persons``, ``Sum``, ``Mean``, ``Median``, ``Quantile``, ``Total``, ``Max``, ``Distinct``,
-``PtrMean``, ``PtrMedian``, ``TopPartition``, ``SampleAggregate``. ``Aggregate`` applies several
-of ``Count``/``Persons``/``Sum``/``Mean`` over the same partitions with one private partition
-selection (one key set, its budget paid once), as a job file does for queries with the same
-``by`` and L. Guarantees: each class's
-docstring, the manifest, and ``docs/``; the neighbouring relation is always add/remove one person.
+``PtrMean``, ``PtrMedian``, ``TopPartition``, ``SampleAggregate``, ``TrimmedMean``.
+``Aggregate`` applies several of ``Count``/``Persons``/``Sum``/``Mean`` over the same partitions
+with one private partition selection (one key set, its budget paid once), as a job file does
+for queries with the same ``by`` and L. Guarantees: each class's docstring, the manifest, and
+``docs/``; the neighbouring relation is always add/remove one person.
 
 Misuse fails when the transform is applied, with what to do: a metric on rows that did not go
 through ``ByPerson``, a column not declared there, a reused name, a share that does not fit in
@@ -88,6 +88,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they load lazily b
     from .metrics import (
         Total as Total,
     )
+    from .metrics import (
+        TrimmedMean as TrimmedMean,
+    )
     from .release import Budget as Budget
     from .release import Release as Release
     from .release import ReleaseError as ReleaseError
@@ -104,7 +107,7 @@ _EXPORTS = {
     **dict.fromkeys(
         (
             "Count", "Persons", "Sum", "Mean", "Median", "Quantile", "Total", "Max", "Distinct",
-            "PtrMean", "PtrMedian", "TopPartition", "SampleAggregate",
+            "PtrMean", "PtrMedian", "TopPartition", "SampleAggregate", "TrimmedMean",
         ),
         "metrics",
     ),
@@ -128,6 +131,7 @@ __all__ = [
     "Sum",
     "TopPartition",
     "Total",
+    "TrimmedMean",
 ]  # fmt: skip
 assert sorted(__all__) == sorted(_EXPORTS)
 

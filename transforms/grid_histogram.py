@@ -24,22 +24,30 @@ whatever the split of their input (integer sums), so a Beam retry cannot change 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 
-from .mechanisms.exponential_quantile import (
-    ExponentialQuantile,
-    GridHistogram,
-    merge_grid_histograms,
-)
+from .mechanisms.exponential_quantile import GridHistogram, merge_grid_histograms
 
 I64 = npt.NDArray[np.int64]
 DenseAcc = I64 | GridHistogram | None  # counts per point, a compacted histogram, or nothing yet
 
 
-def grid_histogram_combine(mechanism: ExponentialQuantile) -> beam.CombineFn:
+class OnGrid(Protocol):
+    """A mechanism that reads its data as a grid histogram: ``ExponentialQuantile``,
+    ``TrimmedMean``."""
+
+    @property
+    def cells(self) -> int: ...
+
+    @property
+    def dense_counts(self) -> bool: ...
+
+
+def grid_histogram_combine(mechanism: OnGrid) -> beam.CombineFn:
     """The combine for the mechanism's public grid: dense counts up to ``DENSE_CELLS`` cells."""
     if mechanism.dense_counts:
         return AddGridHistograms(mechanism.cells)

@@ -54,10 +54,14 @@ from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
 from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
+from .mechanisms.trimmed_mean import TrimmedMean
 from .per_person import ReducePerPerson
 
 F64 = npt.NDArray[np.float64]
-PerPersonMechanism = SmoothQuantile | PTRQuantile | PTRMean | LadderPTR | ExponentialQuantile
+PerPersonMechanism = (
+    SmoothQuantile | PTRQuantile | PTRMean | LadderPTR | ExponentialQuantile | TrimmedMean
+)
+GriddedMechanism = ExponentialQuantile | TrimmedMean  # read the data only as a grid histogram
 PartitionKey = tuple[Any, ...]
 
 
@@ -86,20 +90,26 @@ class ConcatenateValues(beam.CombineFn):
         return np.concatenate(acc).astype(np.float64, copy=False)
 
 
-class _ReleaseQuantileFromHistogram:
-    """grid histogram → the output row {value, released}: the exponential quantile's draw."""
+class _ReleaseFromHistogram:
+    """grid histogram → the output row {value, released}: the exponential quantile's or the
+    trimmed mean's draw; with ``noise`` off (tests only), the trimmed mean's exact statistic."""
 
-    def __init__(self, mechanism: ExponentialQuantile, key: NoiseKey) -> None:
-        self._mechanism, self._key = mechanism, key
+    def __init__(self, mechanism: GriddedMechanism, key: NoiseKey, noise: bool) -> None:
+        self._mechanism, self._key, self._noise = mechanism, key, noise
 
     def __call__(self, histogram: GridHistogram) -> dict[str, Any]:
-        value = self._mechanism.release_histogram(histogram, self._key.rng("value"))
+        if self._noise:
+            value = self._mechanism.release_histogram(histogram, self._key.rng("value"))
+        else:
+            assert isinstance(self._mechanism, TrimmedMean)  # the quantile's hook gathers values
+            value = self._mechanism.exact_histogram(histogram)
         return {"value": float(value), "released": True}
 
 
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
     """The statistic the mechanism releases, without noise (the ``noise=False`` test hook): the
     q-quantile as the core defines it (``lower`` for no values), or the exact clamped mean."""
+    assert not isinstance(mechanism, TrimmedMean)  # its hook reads the grid histogram
     xs = sorted_clamped(values, mechanism.lower, mechanism.upper)
     if isinstance(mechanism, PTRMean) or (
         isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
@@ -151,12 +161,12 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
     ) -> None:
         super().__init__()
         if not isinstance(
-            mechanism, (SmoothQuantile, PTRQuantile, PTRMean, LadderPTR, ExponentialQuantile)
+            mechanism,
+            (SmoothQuantile, PTRQuantile, PTRMean, LadderPTR, ExponentialQuantile, TrimmedMean),
         ):
             raise TypeError(
-                "mechanism must be SmoothQuantile, PTRQuantile, PTRMean, LadderPTR or "
-                "ExponentialQuantile, got "
-                f"{type(mechanism).__name__}"
+                "mechanism must be SmoothQuantile, PTRQuantile, PTRMean, LadderPTR, "
+                f"ExponentialQuantile or TrimmedMean, got {type(mechanism).__name__}"
             )
         # rows clamped to the mechanism's bounds before they are combined: no row value (±inf,
         # 1e308 twice) can make a per-person value NaN or infinite and the release raise
@@ -164,19 +174,21 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         self._mechanism = mechanism
         key = keys.for_query(query)
         self._release = _ReleaseValue(mechanism, key, noise)
+        # The exponential quantile's noise-off hook gathers the values (its exact statistic is
+        # not on the grid); the trimmed mean's is defined on the grid histogram.
         self._from_histogram = (
-            _ReleaseQuantileFromHistogram(mechanism, key)
-            if isinstance(mechanism, ExponentialQuantile) and noise
+            _ReleaseFromHistogram(mechanism, key, noise)
+            if isinstance(mechanism, TrimmedMean)
+            or (isinstance(mechanism, ExponentialQuantile) and noise)
             else None
         )
 
     def expand(self, shards: PCollection[Any]) -> PCollection[Any]:
         out: PCollection[Any]
         if self._from_histogram is not None:
-            # The exponential quantile reads only the grid histogram: shards send theirs and the
-            # combine adds them (no per-person values on one worker). The noise-off test hook
-            # below still gathers the values: its exact statistic is not on the grid.
-            assert isinstance(self._mechanism, ExponentialQuantile)
+            # The exponential quantile and the trimmed mean read only the grid histogram: shards
+            # send theirs and the combine adds them (no per-person values on one worker).
+            assert isinstance(self._mechanism, (ExponentialQuantile, TrimmedMean))
             out = (
                 shards
                 | "ReducePerPerson" >> self._per_person  # np.ndarray per shard

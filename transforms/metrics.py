@@ -352,6 +352,15 @@ class Distinct(_Metric):
     metric = "distinct"
 
 
+class TrimmedMean(_Metric):
+    """Mean of per-person values between their private ``trim`` and 1 − ``trim`` quantiles
+    (default trim 0.1): thresholds by the exponential mechanism, then noisy sum and count of the
+    values between them. Pure ε (ρ-zCDP under a ρ total), add/remove one person; derivation and
+    brute-force check in docs/trimmed_mean.md. Values tied with a threshold are all kept."""
+
+    metric = "trimmed_mean"
+
+
 class PtrMean(_Metric):
     """Mean of per-person values by propose-test-release ((ε, δ); docs/local_sensitivity.md)."""
 

@@ -38,15 +38,11 @@ METRIC_KINDS: dict[str, str] = {
     "ptr_mean": "userdp.pipelines.kinds.local_sensitivity",
     "ptr_median": "userdp.pipelines.kinds.local_sensitivity",
     "top_partition": "userdp.pipelines.kinds.local_sensitivity",
-    # trimmed_mean is refused with the reason (docs §11)
-    "trimmed_mean": "userdp.pipelines.kinds.local_sensitivity",
+    # the mean between private quantiles (docs/trimmed_mean.md)
+    "trimmed_mean": "userdp.pipelines.kinds.trimmed_mean",
     # any Python function on person-partitioned chunks (issue 7)
     "sample_aggregate": "userdp.pipelines.kinds.sample_aggregate",
 }
-
-
-# Known only to be refused with the reason; not offered in the list of metrics an error shows.
-REFUSED_METRICS = ("trimmed_mean",)
 
 
 def kind_for(metric: str) -> QueryKind:

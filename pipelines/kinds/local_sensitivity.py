@@ -9,9 +9,8 @@ Two kind objects (``pipelines/kinds/base.py``'s interface):
   default under an (ε, δ) total) or ``lln`` (Laplace-log-normal, ρ-zCDP; default under a ρ total).
 * :data:`KIND` — ``ptr_mean`` / ``ptr_median`` (propose-test-release on one value per person,
   with a proposed ``bound`` on the local sensitivity, or without one: the sparse-vector ladder),
-  ``top_partition`` (the ``by`` key held by the most persons, exactly, or ⊥), and
-  ``trimmed_mean``, which is refused: its add/remove-one-person smooth sensitivity has no verified
-  derivation (docs/local_sensitivity.md §11).
+  ``top_partition`` (the ``by`` key held by the most persons, exactly, or ⊥). (``trimmed_mean``
+  is :mod:`.trimmed_mean`: private thresholds, not smooth sensitivity.)
 
 Guarantees, for add/remove one person, are the core mechanisms' (``transforms/mechanisms``:
 ``smooth_sensitivity``, ``ptr``, ``ptr_ladder``, ``stability``; proofs in
@@ -24,7 +23,7 @@ Per-person values: ``per_person`` reduces each person's rows to one value (``mea
 ``value``) — so adding or removing a person adds or removes exactly one value. All of them are
 gathered on one worker for the release (:mod:`transforms.local_sensitivity`: 8 bytes per person,
 e.g. 80 MB for 10^7 persons); the default method, the exponential mechanism
-(:mod:`.exponential_quantile`), gathers a histogram of grid indices instead.
+(:mod:`.exponential_quantile`), and the trimmed mean gather a histogram of grid indices instead.
 """
 
 from __future__ import annotations
@@ -59,11 +58,6 @@ SMOOTH_NOISES = ("cauchy", "laplace", "lln")
 METHOD = "smooth_sensitivity"
 _SHARES = ("epsilon", "delta", "rho")
 PER_PERSON_KEYS = ("name", "metric", "value", "per_person", "bounds", *_SHARES)
-_TRIMMED_MEAN = (
-    "one of median, quantile, ptr_mean, ptr_median, top_partition",
-    "trimmed_mean is not available: its smooth sensitivity for add/remove-one-person neighbours "
-    "has no verified derivation yet (docs/local_sensitivity.md §11); use ptr_mean or median",
-)
 _NO_BY = (
     "no `by`: this metric releases one value over all persons",
     "remove `by` (top_partition releases the partition with the most persons)",
@@ -216,14 +210,12 @@ class SmoothQuantileKind:
 
 
 class LocalSensitivityKind:
-    """``ptr_mean``, ``ptr_median``, ``top_partition``; ``trimmed_mean`` is refused."""
+    """``ptr_mean``, ``ptr_median``, ``top_partition``."""
 
-    metrics = ("ptr_mean", "ptr_median", "top_partition", "trimmed_mean")
+    metrics = ("ptr_mean", "ptr_median", "top_partition")
 
     def parse(self, s: QuerySection) -> QueryConfig:
         metric = s.string("metric")
-        if metric == "trimmed_mean":
-            s.fail("metric", metric, *_TRIMMED_MEAN)
         name = s.string("name")
         if metric == "top_partition":
             s.allow_keys(("name", "metric", "by", *_SHARES))

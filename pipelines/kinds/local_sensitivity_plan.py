@@ -49,6 +49,7 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
     make_smooth_noise,
 )
 from userdp.transforms.mechanisms.stability import StableTopPartition
+from userdp.transforms.mechanisms.trimmed_mean import TrimmedMean
 
 if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
     from userdp.transforms.local_sensitivity import PerPersonMechanism
@@ -192,6 +193,32 @@ def _noise_line(noise: SmoothNoise) -> str:
     )
 
 
+def _trimmed_lines(m: TrimmedMean) -> list[str]:
+    """The trimmed mean's parts: thresholds (with their rank error), then the noise on the mean.
+
+    The mean's noise from the sum is Z_S/(2C) grid cells for thresholds b − a cells apart, Z_S's
+    std being std(1)·(b − a): so (v_b − v_a)·std(1)/(2C) in value units, v_a, v_b the thresholds'
+    values (the count's noise adds a term scaled by the kept values' offset from the middle)."""
+    lo, hi = m.low_quantile, m.high_quantile
+    unit, _ = m.noise_scales(1)  # the sum's noise scale (σ² under ρ) for b − a = 1
+    s, c = m.parts[1:]
+    if isinstance(m.budget, ZCDP):
+        std = math.sqrt(float(unit))
+        noise = (
+            f"discrete Gaussian σ² = (b−a)²/(2·{s}ρ) and 1/(2·{c}ρ), ρ={float(m.budget.rho):.4g}"
+        )
+    else:
+        std = math.sqrt(2.0) * float(unit)  # a Laplace's std is √2·scale
+        noise = f"discrete Laplace (b−a)/({s}·ε) and 1/({c}·ε), ε={float(m.budget.epsilon):.4g}"
+    return [
+        f"thresholds: exponential mechanism at q = {lo.q} and {hi.q}, ε={float(lo.epsilon):.4g} "
+        f"each, {m.cells:,} grid cells; rank error ≤ {_rank_error(lo):.3g} persons each with "
+        "probability ≥ 95%",
+        f"kept persons' centred sum and count + {noise}; noise on the mean: std ≈ "
+        f"{std / 2:.3g}·(upper threshold − lower threshold) / kept persons",
+    ]
+
+
 def _ptr_lines(m: PTRQuantile | PTRMean | LadderPTR) -> list[str]:
     if isinstance(m, LadderPTR):
         return [
@@ -267,12 +294,12 @@ class PerPersonPlan:
         """What the releasing worker holds (transforms/local_sensitivity.py and
         transforms/grid_histogram.py, which choose by the public grid size), for the manifest."""
         m = self.mechanism
-        if isinstance(m, ExponentialQuantile) and m.dense_counts:
+        if isinstance(m, (ExponentialQuantile, TrimmedMean)) and m.dense_counts:
             return (
                 f"one count per grid point on one worker ({m.cells + 1:,} counts of 8 bytes, "
                 "whatever the person count)"
             )
-        if isinstance(m, ExponentialQuantile):
+        if isinstance(m, (ExponentialQuantile, TrimmedMean)):
             return "the distinct grid points on one worker (16 bytes each, up to one per person)"
         return "every per-person value on one worker (8 bytes per person)"
 
@@ -284,6 +311,10 @@ class PerPersonPlan:
         head = f"{what} of {of}, clamped to [{self.lower:g}, {self.upper:g}]: "
         if isinstance(m, SmoothQuantile):
             lines = [head + "smooth sensitivity (NRS07)", _noise_line(m.noise)]
+        elif isinstance(m, TrimmedMean):
+            lo, hi = m.low_quantile.q, m.high_quantile.q
+            kept = f"the values between private {lo} and {hi} quantiles"
+            lines = [head + f"mean of {kept} (trim {m.trim} per end)", *_trimmed_lines(m)]
         elif isinstance(m, ExponentialQuantile):
             lines = [
                 head + "exponential mechanism on a grid",

@@ -146,8 +146,8 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(output={"path": "r/", "format": "xml"}), r"output\.format = 'xml'"),
         (job(queries=[]), r"queries = \[\]: expected one or more"),
         (
-            query(1, metric="mode"),  # trimmed_mean is known only to be refused: not offered
-            r"queries\[1\]\.metric = 'mode': expected one of count, pers.*top_partition, sample_a",
+            query(1, metric="mode"),
+            r"queries\[1\]\.metric = 'mode': expected one of count, pers.*trimmed_mean, sample_a",
         ),
         (query(1, metric=["count"]), r"queries\[1\]\.metric = \['count'\]: expected one of"),
         (query(0, name="a/b"), r"queries\[0\]\.name = 'a/b'"),

@@ -93,12 +93,6 @@ MEDIAN = {
             {},
             r"queries\[0\]\.bounds = \(missing\): expected \[lower, upper\]",
         ),
-        (
-            {**MEDIAN, "metric": "trimmed_mean"},
-            {},
-            r"queries\[0\]\.metric = 'trimmed_mean': expected one of median.*no verified "
-            r"derivation.*local_sensitivity\.md §11",
-        ),
         ({**MEDIAN, "by": ["domain"]}, {}, r"queries\[0\]\.by = \['domain'\]: expected no `by`"),
         (
             {**MEDIAN, "metric": "ptr_mean", "by": "domain"},
@@ -212,7 +206,7 @@ def test_userdp_plan_reports_an_overflowing_ladder_and_exits_2(
     (tmp_path / "job.toml").write_text(text)
     assert main(["plan", str(tmp_path / "job.toml")]) == 2
     err = capsys.readouterr().err
-    assert "queries[1] = " in err and "top rung b = upper − lower = 1.2e+308" in err
+    assert "queries[2] = " in err and "top rung b = upper − lower = 1.2e+308" in err
     assert "overflows a float" in err
 
 
@@ -451,7 +445,8 @@ def test_userdp_run_end_to_end_records_beta_noise_and_guarantees(
     assert main(["run", str(tmp_path / "job.toml")]) == 0
     out = tmp_path / "release_local"
     manifest = json.loads((out / "manifest.json").read_text())
-    median, mean, top = manifest["queries"]
+    median, trimmed, mean, top = manifest["queries"]
+    assert trimmed["metric"] == "trimmed_mean" and trimmed["guarantee"]["kind"] == "pure"
     assert median["mechanism"]["beta"] == pytest.approx(0.04)
     assert median["mechanism"]["noise"] == "cauchy" and median["mechanism"]["gamma"] == 4.0
     assert median["guarantee"]["kind"] == "pure"
@@ -460,11 +455,14 @@ def test_userdp_run_end_to_end_records_beta_noise_and_guarantees(
     assert top["metric"] == "top_partition" and top["guarantee"]["kind"] == "approx"
     assert manifest["outputs"] == {
         "median_duration": "median_duration.parquet",
+        "trimmed_duration": "trimmed_duration.parquet",
         "mean_visits": "mean_visits.parquet",
         "top_domain": "top_domain.parquet",
     }
     med_row = pq.read_table(out / "median_duration.parquet").to_pylist()
     assert len(med_row) == 1 and med_row[0]["released"] and 0 <= med_row[0]["value"] <= 600
+    tm_row = pq.read_table(out / "trimmed_duration.parquet").to_pylist()
+    assert len(tm_row) == 1 and tm_row[0]["released"] and 0 <= tm_row[0]["value"] <= 600
     # 600 persons are far fewer than 200/0.05 + T: the PTR test fails (probability ≥ 1 − δ)
     assert pq.read_table(out / "mean_visits.parquet").to_pylist() == [
         {"value": None, "released": False}

@@ -210,8 +210,12 @@ class ExponentialQuantile:
         """:meth:`release` from the values' :meth:`grid_histogram` (or a
         :func:`merge_grid_histograms` of parts of them): the same draw, so the same guarantee —
         pure ε-DP for add/remove one person when the values are one per person. Anything that
-        is not such a histogram (indices unsorted, repeated or off the grid, counts below one)
-        is refused: its runs would not be the scores'."""
+        is not such a histogram is refused (:meth:`check_histogram`)."""
+        return self.grid_value(self.release_index(histogram, rng))
+
+    def check_histogram(self, histogram: GridHistogram) -> None:
+        """Refuse what is not a grid histogram (indices unsorted, repeated or off the grid, counts
+        below one, non-integer arrays): its runs would not be the scores'."""
         uniq, counts = (np.asarray(a) for a in histogram)
         if uniq.shape != counts.shape or uniq.ndim != 1:
             raise ValueError("a grid histogram is two 1-d arrays of one length")
@@ -227,13 +231,26 @@ class ExponentialQuantile:
                 "a grid histogram needs increasing indices in [0, 2^grid_bits] and counts ≥ 1 "
                 "(ExponentialQuantile.grid_histogram, merge_grid_histograms)"
             )
+
+    def release_index(self, histogram: GridHistogram, rng: KeyedRng) -> int:
+        """The drawn grid index (:meth:`release_histogram` is its grid value): what the trimmed
+        mean keeps persons by."""
+        self.check_histogram(histogram)
+        uniq, counts = (np.asarray(a) for a in histogram)
         scores, lengths, starts = self.histogram_runs((uniq, counts))
         # far runs (exponents > 80 above the best) are drawn by rejection: the cost of a draw
         # does not grow with the person count (exponential.sample_exp_weights)
         m = self.mechanism  # q_i = factor·(max u − u_i), as ExponentialMechanism.exponents
         factor = exponent_factor(m.epsilon, m.sensitivity, m.monotone)
         t = sample_exp_weights_of_int_scores(rng, scores, factor, lengths)
-        return self.grid_value(starts[t] + rng.randbelow(lengths[t]))
+        return starts[t] + rng.randbelow(lengths[t])
+
+    def best_index(self, histogram: GridHistogram) -> int:
+        """The lowest grid index of the best score: the quantile without noise (test hooks)."""
+        self.check_histogram(histogram)
+        uniq, counts = (np.asarray(a) for a in histogram)
+        scores, _, starts = self.histogram_runs((uniq, counts))
+        return starts[scores.index(max(scores))]
 
     def to_manifest(self) -> dict[str, Any]:
         return {

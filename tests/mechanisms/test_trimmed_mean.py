@@ -1,0 +1,300 @@
+"""The trimmed mean at private quantiles: its exact statistic, its noise law, its privacy loss on
+every small input (brute force, with a mis-scaled variant that must fail), and its misuse."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
+from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.trimmed_mean import (
+    COUNT_PART,
+    SUM_PART,
+    THRESHOLD_PART,
+    TrimmedMean,
+    kept_sum_and_count,
+)
+
+from .test_exponential_quantile import law, naive_scores
+
+SECRET = bytes(range(32))
+
+
+def naive_exact(mech: TrimmedMean, values: list[float]) -> float:
+    """Thresholds at the lowest best-scoring grid points (scores from their definition), then the
+    mean grid value of the values whose index lies between them."""
+    idx = mech.low_quantile.grid_indices(values).tolist()
+    ends = []
+    for q in (mech.low_quantile, mech.high_quantile):
+        scores = naive_scores(q, values)
+        ends.append(scores.index(max(scores)))
+    a, b = sorted(ends)
+    kept = [k for k in idx if a <= k <= b]
+    if not kept:
+        return mech.grid_position_value(Fraction(a + b, 2))
+    return mech.grid_position_value(Fraction(sum(kept), len(kept)))
+
+
+@pytest.mark.parametrize("trim", [Fraction(1, 10), Fraction(1, 4), Fraction(2, 5)])
+def test_exact_statistic_is_the_mean_between_the_best_thresholds(trim: Fraction) -> None:
+    mech = TrimmedMean(trim, -1.0, 3.0, PureDP(1), grid_bits=5)
+    gen = np.random.default_rng(3)  # test data
+    for n in (0, 1, 2, 7, 30):
+        values = gen.normal(1.0, 1.5, n).round(2).tolist()
+        assert mech.exact(values) == naive_exact(mech, values)
+
+
+def test_exact_statistic_is_the_classical_trimmed_mean_on_distinct_grid_values() -> None:
+    """100 distinct grid values, τ = 1/10: the best thresholds sit on the 11th and 90th values
+    (ranks 10 and 89 from 0: 10 values below and 10 above), so the middle 80 are kept."""
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 1024.0, PureDP(1), grid_bits=10)
+    values = np.arange(100, dtype=float) * 7 + 3  # on the grid: cell width 1
+    got = mech.exact(values)
+    assert got == pytest.approx(float(np.mean(np.sort(values)[10:90])), abs=0)
+    # the negative control: the untrimmed mean differs
+    assert got != pytest.approx(float(np.mean(values[10:])))
+
+
+def test_release_draws_the_thresholds_as_the_two_quantiles_do() -> None:
+    mech = TrimmedMean(Fraction(1, 5), 0.0, 10.0, PureDP(2), grid_bits=8)
+    values = np.random.default_rng(1).uniform(0, 10, 50)
+    hist = mech.grid_histogram(values)
+    for i in range(20):
+        parts = mech.release_parts(hist, KeyedRng(SECRET, "t", i))
+        rng = KeyedRng(SECRET, "t", i)
+        first = mech.low_quantile.release_index(hist, rng)
+        second = mech.high_quantile.release_index(hist, rng)
+        assert (parts.low, parts.high) == tuple(sorted((first, second)))
+        assert parts.value == mech.value_of(parts.low, parts.high, *parts[2:4])
+        assert parts.value == mech.release(values, KeyedRng(SECRET, "t", i))
+        assert mech.grid_position_value(Fraction(parts.low)) <= parts.value
+        assert parts.value <= mech.grid_position_value(Fraction(parts.high))
+
+
+def test_threshold_quantiles_spend_their_part_each() -> None:
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 1.0, PureDP(Fraction(3, 2)))
+    assert Fraction(5, 16) == THRESHOLD_PART  # the split of docs/trimmed_mean.md §4
+    assert mech.low_quantile.epsilon == mech.high_quantile.epsilon == Fraction(15, 32)
+    assert (mech.low_quantile.q, mech.high_quantile.q) == (Fraction(1, 10), Fraction(9, 10))
+    rho = Fraction(1, 2)
+    z = TrimmedMean(Fraction(1, 10), 0.0, 1.0, ZCDP(rho))
+    eps = z.low_quantile.epsilon  # ε-bounded-range is ε²/8-zCDP: ε²/8 ≤ ρ/4, and tight
+    assert eps**2 / 8 <= rho * THRESHOLD_PART < (eps * (1 + Fraction(1, 10**12))) ** 2 / 8
+
+
+def _pit(noise: np.ndarray, pmf_cdf: tuple[object, object], gen: np.random.Generator) -> np.ndarray:
+    """Randomised probability-integral transform of integer draws: uniform iff the law is right."""
+    pmf, cdf = pmf_cdf
+    return cdf(noise - 1) + gen.uniform(size=len(noise)) * pmf(noise)  # type: ignore[operator]
+
+
+def _dlaplace(scale: np.ndarray) -> tuple[object, object]:
+    q = np.exp(-1.0 / scale)
+
+    def pmf(x: np.ndarray) -> np.ndarray:
+        return (1 - q) / (1 + q) * q ** np.abs(x)
+
+    def cdf(x: np.ndarray) -> np.ndarray:  # P(X ≤ x)
+        below = q ** (-x) / (1 + q)  # x < 0: q^(−x)/(1 + q)
+        return np.where(x < 0, below, 1 - q ** (x + 1) / (1 + q))
+
+    return pmf, cdf
+
+
+def test_noise_on_sum_and_count_has_the_stated_discrete_laplace_law() -> None:
+    """1,500 releases: the randomised PIT of S̃ − S at scale (b − a)/(9ε/32), and of C̃ − C at
+    1/(3ε/32), is uniform (KS test; a correct sampler fails with probability 10^-3, the seeds are
+    fixed). The same draws read as noise for a sensitivity of (b − a)/2 must be rejected."""
+    eps = Fraction(1)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 100.0, PureDP(eps), grid_bits=12)
+    values = np.random.default_rng(4).normal(50, 15, 150)
+    hist = mech.grid_histogram(values)
+    ds, dc, spans = [], [], []
+    for i in range(1500):
+        r = mech.release_parts(hist, KeyedRng(SECRET, "law", i))
+        s, c = kept_sum_and_count(hist, r.low, r.high)
+        if r.high > r.low:
+            ds.append(r.noisy_sum - s)
+            spans.append(r.high - r.low)
+        dc.append(r.noisy_count - c)
+    gen = np.random.default_rng(5)  # the PIT's tie-breaking, not the noise
+    span = np.array(spans, dtype=float)
+    sum_scale = span / float(eps * SUM_PART)
+    assert stats.kstest(_pit(np.array(ds), _dlaplace(sum_scale), gen), "uniform").pvalue > 1e-3
+    count_scale = np.full(len(dc), 1 / float(eps * COUNT_PART))
+    assert stats.kstest(_pit(np.array(dc), _dlaplace(count_scale), gen), "uniform").pvalue > 1e-3
+    halved = _pit(np.array(ds), _dlaplace(sum_scale / 2), gen)
+    assert stats.kstest(halved, "uniform").pvalue < 1e-6
+
+
+def _threshold_law(q: ExponentialQuantile, values: list[float]) -> list[float]:
+    return law(q, values)
+
+
+def _losses(
+    mech: TrimmedMean, x: list[float], y: list[float], sum_scale_factor: float = 1.0
+) -> tuple[float, float, float, float, float]:
+    """sup over outputs of ln P_x/P_y, exactly (floats), for each part — the low threshold, the
+    high threshold, S̃ given (a, b), C̃ given (a, b) — and for the joint output (k_lo, k_hi, S̃, C̃).
+    Threshold laws come from their definition; a discrete Laplace term's supremum over its
+    outcomes is |S_x − S_y|/scale."""
+    eps = float(mech.budget.epsilon)  # type: ignore[union-attr]
+    px = [_threshold_law(q, x) for q in (mech.low_quantile, mech.high_quantile)]
+    py = [_threshold_law(q, y) for q in (mech.low_quantile, mech.high_quantile)]
+    hx = mech.grid_histogram(x)
+    hy = mech.grid_histogram(y)
+    low = max(math.log(p / r) for p, r in zip(px[0], py[0], strict=True))
+    high = max(math.log(p / r) for p, r in zip(px[1], py[1], strict=True))
+    worst_sum = worst_count = joint = -math.inf
+    for k_lo, k_hi in itertools.product(range(mech.cells + 1), repeat=2):
+        a, b = min(k_lo, k_hi), max(k_lo, k_hi)
+        sx, cx = kept_sum_and_count(hx, a, b)
+        sy, cy = kept_sum_and_count(hy, a, b)
+        sum_loss = 0.0
+        if b > a:
+            sum_loss = abs(sx - sy) / ((b - a) * sum_scale_factor / (eps * float(SUM_PART)))
+        else:
+            assert sx == sy == 0  # a = b: no noise, nothing to hide
+        count_loss = abs(cx - cy) * eps * float(COUNT_PART)
+        worst_sum, worst_count = max(worst_sum, sum_loss), max(worst_count, count_loss)
+        thresholds = math.log(px[0][k_lo] / py[0][k_lo]) + math.log(px[1][k_hi] / py[1][k_hi])
+        joint = max(joint, thresholds + sum_loss + count_loss)
+    return low, high, worst_sum, worst_count, joint
+
+
+def _neighbours() -> list[tuple[list[float], list[float]]]:
+    """Every multiset of ≤ 2 values on a 5-point grid, with one value more."""
+    points = [0.0, 1.0, 2.0, 3.0, 4.0]
+    pairs = []
+    for n in range(3):
+        for base in itertools.combinations_with_replacement(points, n):
+            for extra in points:
+                pairs.append((list(base), [*base, extra]))
+    return pairs
+
+
+def _worst(mech: TrimmedMean, sum_scale_factor: float = 1.0) -> np.ndarray:
+    rows = [
+        _losses(mech, x, y, sum_scale_factor)
+        for pair in _neighbours()
+        for x, y in (pair, pair[::-1])
+    ]
+    return np.max(np.array(rows), axis=0)
+
+
+@pytest.mark.parametrize("trim", [Fraction(1, 10), Fraction(1, 3)])
+def test_brute_force_privacy_loss_is_at_most_epsilon(trim: Fraction) -> None:
+    """Every pair of neighbours (add/remove one value, both directions) on a 5-point grid: each
+    part's privacy loss is within its share — the sum's and the count's are met exactly, so the
+    sensitivities b − a and 1 are tight — and the joint loss is within ε."""
+    eps = Fraction(7, 10)
+    mech = TrimmedMean(trim, 0.0, 4.0, PureDP(eps), grid_bits=2)
+    low, high, sum_loss, count_loss, joint = _worst(mech)
+    tol = 1e-9
+    assert low <= float(eps * THRESHOLD_PART) + tol and high <= float(eps * THRESHOLD_PART) + tol
+    assert sum_loss == pytest.approx(float(eps * SUM_PART), abs=tol)
+    assert count_loss == pytest.approx(float(eps * COUNT_PART), abs=tol)
+    assert joint <= float(eps) + tol
+
+
+def test_brute_force_catches_the_sum_noise_for_half_the_sensitivity() -> None:
+    """The negative control: noise scaled as if the centred values moved S by (b − a)/2 — the
+    slip of measuring the centred range in whole cells — overspends the sum's share twice."""
+    eps = Fraction(7, 10)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 4.0, PureDP(eps), grid_bits=2)
+    sum_loss = _worst(mech, 0.5)[2]
+    assert sum_loss > float(eps * SUM_PART) * 1.9
+
+
+def test_sensitivities_hold_on_every_small_neighbour_and_threshold_pair() -> None:
+    """What the ρ form rests on too: |ΔS| ≤ b − a and |ΔC| ≤ 1 for every (a, b)."""
+    mech = TrimmedMean(Fraction(1, 4), 0.0, 4.0, ZCDP(1), grid_bits=2)
+    for x, y in _neighbours():
+        hx, hy = mech.grid_histogram(x), mech.grid_histogram(y)
+        for a, b in itertools.combinations_with_replacement(range(5), 2):
+            sx, cx = kept_sum_and_count(hx, a, b)
+            sy, cy = kept_sum_and_count(hy, a, b)
+            assert abs(sx - sy) <= b - a and abs(cx - cy) <= 1
+
+
+def test_zcdp_noise_scales_are_the_gaussian_ones() -> None:
+    rho = Fraction(1, 3)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 1.0, ZCDP(rho))
+    sum_var, count_var = mech.noise_scales(6)
+    assert sum_var == Fraction(36) / (2 * rho * SUM_PART)  # Δ²/(2ρ'): ρ'-zCDP (CKS 2020 Thm 4)
+    assert count_var == 1 / (2 * rho * COUNT_PART)
+    assert mech.guarantee == ZCDP(rho)
+
+
+def test_equal_thresholds_release_their_grid_point_without_sum_noise() -> None:
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 8.0, PureDP(400), grid_bits=3)
+    values = [3.0] * 200
+    for i in range(10):
+        r = mech.release_parts(mech.grid_histogram(values), KeyedRng(SECRET, "eq", i))
+        assert (r.low, r.high, r.noisy_sum, r.value) == (3, 3, 0, 3.0)
+
+
+def test_kept_sum_is_exact_in_both_arithmetic_paths() -> None:
+    idx = np.array([0, 5, 2**40], dtype=np.int64)
+    for counts in ([3, 4, 5], [2**40, 2**40, 2**40]):
+        c = np.array(counts, dtype=np.int64)
+        s, n = kept_sum_and_count((idx, c), 0, 2**40)
+        assert n == sum(counts)
+        assert s == sum(m * (2 * k - 2**40) for m, k in zip(counts, idx.tolist(), strict=True))
+    assert kept_sum_and_count((idx[:0], idx[:0]), 1, 3) == (0, 0)
+
+
+def test_wide_bounds_release_finite_values() -> None:
+    mech = TrimmedMean(Fraction(1, 10), -1.7e308, 1.7e308, PureDP(1), grid_bits=20)
+    values = [-1.7e308, 1e308, 1.7e308, 0.0, 5.0]
+    for i in range(20):
+        assert math.isfinite(mech.release(values, KeyedRng(SECRET, "wide", i)))
+    assert math.isfinite(mech.exact(values))
+
+
+@pytest.mark.parametrize(
+    ("trim", "match"),
+    [
+        (0, "strictly between 0 and 1/2"),
+        (0.5, "strictly between 0 and 1/2"),
+        (0.7, "strictly between 0 and 1/2"),
+        (-0.1, "strictly between 0 and 1/2"),
+        (float("nan"), "strictly between 0 and 1/2"),
+    ],
+)
+def test_trim_outside_zero_to_half_is_refused(trim: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrimmedMean(trim, 0.0, 1.0, PureDP(1))
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(TypeError, match="trim must be a number"):
+        TrimmedMean(True, 0.0, 1.0, PureDP(1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="PureDP"):
+        TrimmedMean(0.1, 0.0, 1.0, ApproxDP(1, Fraction(1, 10**6)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lower < upper"):
+        TrimmedMean(0.1, 1.0, 1.0, PureDP(1))
+    with pytest.raises(ValueError, match="too small to split"):
+        TrimmedMean(0.1, 0.0, 1.0, ZCDP(Fraction(1, 10**700)))
+    with pytest.raises(ValueError, match="too small for a trimmed mean"):
+        TrimmedMean(0.1, 0.0, 1.0, ZCDP(1e-320))
+    with pytest.raises(ValueError, match="too small for a trimmed mean"):
+        TrimmedMean(0.1, 0.0, 1.0, PureDP(1e-300), grid_bits=40)
+    with pytest.raises(ValueError, match="3 shares with 2·threshold"):
+        parts = (Fraction(1, 4), Fraction(1, 4), Fraction(1, 8))  # adds up to 7/8
+        TrimmedMean(0.1, 0.0, 1.0, PureDP(1), parts=parts)
+    mech = TrimmedMean(0.1, 0.0, 1.0, PureDP(1), grid_bits=4)
+    bad = (np.array([3, 2]), np.array([1, 1]))
+    with pytest.raises(ValueError, match="increasing indices"):
+        mech.release_histogram(bad, KeyedRng(SECRET, "bad"))
+    with pytest.raises(ValueError, match="increasing indices"):
+        mech.exact_histogram(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        mech.release([1.0, float("nan")], KeyedRng(SECRET, "nan"))
