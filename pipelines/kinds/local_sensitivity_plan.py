@@ -205,11 +205,12 @@ def _trimmed_lines(m: TrimmedMean) -> list[str]:
     if isinstance(m.budget, ZCDP):
         std = math.sqrt(float(unit))
         noise = (
-            f"discrete Gaussian σ² = (b−a)²/(2·{s}ρ) and 1/(2·{c}ρ), ρ={float(m.budget.rho):.4g}"
+            f"discrete Gaussian σ² = (b−a)²/(2·({s})·ρ) and 1/(2·({c})·ρ), "
+            f"ρ={float(m.budget.rho):.4g}"
         )
     else:
         std = math.sqrt(2.0) * float(unit)  # a Laplace's std is √2·scale
-        noise = f"discrete Laplace (b−a)/({s}·ε) and 1/({c}·ε), ε={float(m.budget.epsilon):.4g}"
+        noise = f"discrete Laplace (b−a)/(({s})·ε) and 1/(({c})·ε), ε={float(m.budget.epsilon):.4g}"
     return [
         f"thresholds: exponential mechanism at q = {lo.q} and {hi.q}, ε={float(lo.epsilon):.4g} "
         f"each, {m.cells:,} grid cells; rank error ≤ {_rank_error(lo):.3g} persons each with "

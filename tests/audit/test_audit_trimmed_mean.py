@@ -47,8 +47,8 @@ DOMINANT = (3, 5)
 class HalfSumSensitivity(TrimmedMean):
     """The negative control: S's noise calibrated for (b − a)/2."""
 
-    def _noise(self, part: Fraction, sensitivity: int, rng: KeyedRng) -> int:
-        return super()._noise(part, max(1, sensitivity // 2), rng)
+    def noise_scales(self, span: int) -> tuple[Fraction, Fraction]:
+        return super().noise_scales(max(1, span // 2))
 
 
 def _mechanism(cls: type[TrimmedMean]) -> TrimmedMean:

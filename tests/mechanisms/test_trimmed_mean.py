@@ -19,12 +19,14 @@ from userdp.transforms.mechanisms.trimmed_mean import (
     SUM_PART,
     THRESHOLD_PART,
     TrimmedMean,
+    TrimmedRelease,
     kept_sum_and_count,
 )
 
 from .test_exponential_quantile import law, naive_scores
 
 SECRET = bytes(range(32))
+PINNED = TrimmedRelease(1379, 2827, -12268, 120, 50.094807942708336)
 
 
 def naive_exact(mech: TrimmedMean, values: list[float]) -> float:
@@ -85,7 +87,7 @@ def test_threshold_quantiles_spend_their_part_each() -> None:
     assert (mech.low_quantile.q, mech.high_quantile.q) == (Fraction(1, 10), Fraction(9, 10))
     rho = Fraction(1, 2)
     z = TrimmedMean(Fraction(1, 10), 0.0, 1.0, ZCDP(rho))
-    eps = z.low_quantile.epsilon  # ε-bounded-range is ε²/8-zCDP: ε²/8 ≤ ρ/4, and tight
+    eps = z.low_quantile.epsilon  # ε-bounded-range is ε²/8-zCDP: ε²/8 ≤ (5/16)ρ, and tight
     assert eps**2 / 8 <= rho * THRESHOLD_PART < (eps * (1 + Fraction(1, 10**12))) ** 2 / 8
 
 
@@ -108,6 +110,44 @@ def _dlaplace(scale: np.ndarray) -> tuple[object, object]:
     return pmf, cdf
 
 
+def _dgauss(sigma2: np.ndarray) -> tuple[object, object]:
+    """The discrete Gaussian's pmf and CDF through the normal with a continuity correction:
+    exact to far below the KS test's resolution for the σ ≥ 20 used here."""
+    sigma = np.sqrt(sigma2)
+
+    def pmf(x: np.ndarray) -> np.ndarray:
+        return stats.norm.cdf((x + 0.5) / sigma) - stats.norm.cdf((x - 0.5) / sigma)
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        return stats.norm.cdf((x + 0.5) / sigma)
+
+    return pmf, cdf
+
+
+def _noise_draws(
+    mech: TrimmedMean, values: object, releases: int, label: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(S̃ − S where b > a, the spans b − a of those, C̃ − C) over ``releases`` draws."""
+    hist = mech.grid_histogram(values)  # type: ignore[arg-type]
+    ds, dc, spans = [], [], []
+    for i in range(releases):
+        r = mech.release_parts(hist, KeyedRng(SECRET, label, i))
+        s, c = kept_sum_and_count(hist, r.low, r.high)
+        if r.high > r.low:
+            ds.append(r.noisy_sum - s)
+            spans.append(r.high - r.low)
+        else:
+            assert r.noisy_sum == s == 0
+        dc.append(r.noisy_count - c)
+    return np.array(ds), np.array(spans, dtype=float), np.array(dc)
+
+
+def _uniform(draws: np.ndarray, law: tuple[object, object]) -> float:
+    """The KS p-value of the randomised PIT of the draws under ``law``."""
+    gen = np.random.default_rng(5)  # the PIT's tie-breaking, not the noise
+    return float(stats.kstest(_pit(draws, law, gen), "uniform").pvalue)
+
+
 def test_noise_on_sum_and_count_has_the_stated_discrete_laplace_law() -> None:
     """1,500 releases: the randomised PIT of S̃ − S at scale (b − a)/(9ε/32), and of C̃ − C at
     1/(3ε/32), is uniform (KS test; a correct sampler fails with probability 10^-3, the seeds are
@@ -115,23 +155,71 @@ def test_noise_on_sum_and_count_has_the_stated_discrete_laplace_law() -> None:
     eps = Fraction(1)
     mech = TrimmedMean(Fraction(1, 10), 0.0, 100.0, PureDP(eps), grid_bits=12)
     values = np.random.default_rng(4).normal(50, 15, 150)
-    hist = mech.grid_histogram(values)
-    ds, dc, spans = [], [], []
-    for i in range(1500):
-        r = mech.release_parts(hist, KeyedRng(SECRET, "law", i))
-        s, c = kept_sum_and_count(hist, r.low, r.high)
-        if r.high > r.low:
-            ds.append(r.noisy_sum - s)
-            spans.append(r.high - r.low)
-        dc.append(r.noisy_count - c)
-    gen = np.random.default_rng(5)  # the PIT's tie-breaking, not the noise
-    span = np.array(spans, dtype=float)
-    sum_scale = span / float(eps * SUM_PART)
-    assert stats.kstest(_pit(np.array(ds), _dlaplace(sum_scale), gen), "uniform").pvalue > 1e-3
+    ds, spans, dc = _noise_draws(mech, values, 1500, "law")
+    sum_scale = spans / float(eps * SUM_PART)
+    assert np.array_equal(sum_scale, [float(mech.noise_scales(int(s))[0]) for s in spans])
+    assert _uniform(ds, _dlaplace(sum_scale)) > 1e-3
     count_scale = np.full(len(dc), 1 / float(eps * COUNT_PART))
-    assert stats.kstest(_pit(np.array(dc), _dlaplace(count_scale), gen), "uniform").pvalue > 1e-3
-    halved = _pit(np.array(ds), _dlaplace(sum_scale / 2), gen)
-    assert stats.kstest(halved, "uniform").pvalue < 1e-6
+    assert _uniform(dc, _dlaplace(count_scale)) > 1e-3
+    assert _uniform(ds, _dlaplace(sum_scale / 2)) < 1e-6
+
+
+def test_under_rho_the_noise_has_the_stated_discrete_gaussian_law() -> None:
+    """As above under ZCDP(ρ): S̃ − S ~ N_ℤ(0, (b − a)²/(2·(9/32)ρ)), C̃ − C ~ N_ℤ(0, 1/(2·(3/32)ρ))
+    (KS, failure probability 10^-3 each, fixed seeds). Negative controls, which must be rejected
+    on the same draws: a σ² that is not squared in b − a, and the whole ρ on each noise."""
+    rho = Fraction(1, 100)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 100.0, ZCDP(rho), grid_bits=12)
+    values = np.random.default_rng(4).normal(50, 15, 150)
+    ds, spans, dc = _noise_draws(mech, values, 1500, "gauss")
+    sum_var = spans**2 / float(2 * rho * SUM_PART)
+    count_var = np.full(len(dc), 1 / float(2 * rho * COUNT_PART))  # σ ≈ 23
+    assert spans.min() >= 10  # σ ≥ 20 for every sum draw: the normal CDF is exact enough
+    assert _uniform(ds, _dgauss(sum_var)) > 1e-3
+    assert _uniform(dc, _dgauss(count_var)) > 1e-3
+    assert _uniform(ds, _dgauss(spans / float(2 * rho * SUM_PART))) < 1e-6
+    assert _uniform(ds, _dgauss(spans**2 / float(2 * rho))) < 1e-6
+    assert _uniform(dc, _dgauss(count_var * float(COUNT_PART))) < 1e-6
+
+
+def test_thresholds_one_cell_apart_still_noise_the_sum() -> None:
+    """100 values at grid point 3 and 100 at 4: the thresholds are (3, 4) in every draw (other
+    points score ≥ 100 below, e^(−13.9) at ε = 8), so b − a = 1 — the smallest span that hides
+    S. Its noise is DLap(1/(9ε/32)): zero in ~81% of draws, so the test needs both the law and
+    some nonzero draws."""
+    eps = Fraction(8)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 8.0, PureDP(eps), grid_bits=3)
+    ds, spans, _ = _noise_draws(mech, [3.0] * 100 + [4.0] * 100, 1000, "one")
+    assert len(ds) == 1000 and set(spans) == {1.0}
+    assert np.count_nonzero(ds) > 100
+    assert _uniform(ds, _dlaplace(np.full(len(ds), 1 / float(eps * SUM_PART)))) > 1e-3
+
+
+def test_crossed_threshold_draws_are_sorted() -> None:
+    """With no values every grid point scores 0, so the two draws cross in about half the
+    releases: (a, b) is (min, max) of them, and the value lies between."""
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 16.0, PureDP(1), grid_bits=4)
+    empty = mech.grid_histogram([])
+    crossed = 0
+    for i in range(100):
+        parts = mech.release_parts(empty, KeyedRng(SECRET, "cross", i))
+        rng = KeyedRng(SECRET, "cross", i)
+        first = mech.low_quantile.release_index(empty, rng)
+        second = mech.high_quantile.release_index(empty, rng)
+        crossed += first > second
+        assert (parts.low, parts.high) == (min(first, second), max(first, second))
+        assert parts.low <= parts.value <= parts.high  # grid value = index on [0, 16], 16 cells
+    assert crossed > 20
+
+
+def test_a_release_is_pinned_for_a_fixed_secret() -> None:
+    """The draw order (thresholds low then high, the sum's noise, the count's) fixes released
+    values for a secret: a change to it changes what a re-run publishes, so it must be on purpose
+    (CHANGELOG) — this value was computed when the mechanism was written."""
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 100.0, PureDP(1), grid_bits=12)
+    values = np.random.default_rng(4).normal(50, 15, 150)
+    parts = mech.release_parts(mech.grid_histogram(values), KeyedRng(SECRET, "pinned"))
+    assert parts == PINNED
 
 
 def _threshold_law(q: ExponentialQuantile, values: list[float]) -> list[float]:
@@ -145,7 +233,6 @@ def _losses(
     high threshold, S̃ given (a, b), C̃ given (a, b) — and for the joint output (k_lo, k_hi, S̃, C̃).
     Threshold laws come from their definition; a discrete Laplace term's supremum over its
     outcomes is |S_x − S_y|/scale."""
-    eps = float(mech.budget.epsilon)  # type: ignore[union-attr]
     px = [_threshold_law(q, x) for q in (mech.low_quantile, mech.high_quantile)]
     py = [_threshold_law(q, y) for q in (mech.low_quantile, mech.high_quantile)]
     hx = mech.grid_histogram(x)
@@ -157,12 +244,13 @@ def _losses(
         a, b = min(k_lo, k_hi), max(k_lo, k_hi)
         sx, cx = kept_sum_and_count(hx, a, b)
         sy, cy = kept_sum_and_count(hy, a, b)
+        sum_scale, count_scale = (float(x) for x in mech.noise_scales(b - a))  # what it draws
         sum_loss = 0.0
         if b > a:
-            sum_loss = abs(sx - sy) / ((b - a) * sum_scale_factor / (eps * float(SUM_PART)))
+            sum_loss = abs(sx - sy) / (sum_scale * sum_scale_factor)
         else:
             assert sx == sy == 0  # a = b: no noise, nothing to hide
-        count_loss = abs(cx - cy) * eps * float(COUNT_PART)
+        count_loss = abs(cx - cy) / count_scale
         worst_sum, worst_count = max(worst_sum, sum_loss), max(worst_count, count_loss)
         thresholds = math.log(px[0][k_lo] / py[0][k_lo]) + math.log(px[1][k_hi] / py[1][k_hi])
         joint = max(joint, thresholds + sum_loss + count_loss)

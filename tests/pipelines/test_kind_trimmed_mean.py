@@ -70,7 +70,7 @@ def test_defaults_and_the_epsilon_share(tmp_path: Path) -> None:
     assert "one count per grid point" in entry["gathered"]
     assert "mean of the values between private 1/10 and 9/10 quantiles (trim 1/10" in text
     assert "thresholds: exponential mechanism at q = 1/10 and 9/10, ε=0.25 each" in text
-    assert "discrete Laplace (b−a)/(9/32·ε) and 1/(3/32·ε), ε=0.8" in text
+    assert "discrete Laplace (b−a)/((9/32)·ε) and 1/((3/32)·ε), ε=0.8" in text
     # std of the mean's noise ≈ √2·(1/(9ε/32))/2·(threshold span)/kept: 3.143 at ε = 0.8
     assert "std ≈ 3.14·(upper threshold − lower threshold) / kept persons" in text
 
@@ -80,7 +80,8 @@ def test_under_rho_it_is_rho_zcdp_and_under_epsilon_delta_pure(tmp_path: Path) -
     assert q.mechanism.budget == ZCDP(Fraction(2, 5)) and q.guarantee == ZCDP(Fraction(2, 5))
     assert q.mechanism.low_quantile.epsilon == 1  # ε²/8 = 5ρ/16 = 1/8
     assert entry["counted_as"]["rule"] == "ρ-zCDP within the ρ share"
-    assert "discrete Gaussian" in text and "4,096 grid cells" in text
+    assert "discrete Gaussian σ² = (b−a)²/(2·(9/32)·ρ) and 1/(2·(3/32)·ρ), ρ=0.4" in text
+    assert "4,096 grid cells" in text
     q, entry, _ = planned(tmp_path, TRIMMED, epsilon=1.0, delta=1e-6)
     assert q.guarantee == PureDP(1) and entry["counted_as"]["rule"] == "ε-DP counts as (ε, 0)-DP"
 

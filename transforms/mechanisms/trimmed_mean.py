@@ -148,7 +148,7 @@ class TrimmedMean:
             raise TypeError(
                 f"budget must be PureDP(epsilon) or ZCDP(rho), got {type(budget).__name__}"
             )
-        if isinstance(budget, ZCDP):  # each threshold is ε-bounded-range: ε²/8 ≤ ρ/4
+        if isinstance(budget, ZCDP):  # each threshold is ε-bounded-range: ε²/8 ≤ threshold_part·ρ
             eps_q = Fraction(bounded_range_epsilon_within_rho(budget.rho * threshold_part))
             if eps_q == 0:
                 raise ValueError(f"rho = {float(budget.rho):.3g} is too small to split")
@@ -191,16 +191,17 @@ class TrimmedMean:
         lo, hi = Fraction(self.lower), Fraction(self.upper)
         return min(max(float(lo + (hi - lo) * position / self.cells), self.lower), self.upper)
 
-    def _noise(self, part: Fraction, sensitivity: int, rng: KeyedRng) -> int:
-        """Integer noise for an integer statistic of this sensitivity, from ``part`` of the budget
-        (the discrete Laplace or discrete Gaussian of the module docstring)."""
+    def _noise(self, scale: Fraction, rng: KeyedRng) -> int:
+        """Integer noise at a scale of :meth:`noise_scales`: discrete Gaussian of that σ² under
+        a ρ budget, else discrete Laplace of that scale (the module docstring's)."""
         if isinstance(self.budget, ZCDP):
-            return discrete_gaussian(rng, Fraction(sensitivity**2) / (2 * self.budget.rho * part))
-        return discrete_laplace(rng, Fraction(sensitivity) / (self.budget.epsilon * part))
+            return discrete_gaussian(rng, scale)
+        return discrete_laplace(rng, scale)
 
     def noise_scales(self, span: int) -> tuple[Fraction, Fraction]:
         """(sum's, count's) discrete Laplace scale, or discrete Gaussian σ², for thresholds
-        ``span`` = b − a grid cells apart: what the brute-force test and the plan read."""
+        ``span`` = b − a grid cells apart: the one source the release, the plan and the tests
+        read."""
         if isinstance(self.budget, ZCDP):
             rho = self.budget.rho
             return Fraction(span**2) / (2 * rho * self.parts[1]), 1 / (2 * rho * self.parts[2])
@@ -219,9 +220,10 @@ class TrimmedMean:
         k_hi = self.high_quantile.release_index(histogram, rng)
         a, b = min(k_lo, k_hi), max(k_lo, k_hi)  # post-processing of the two draws
         s, c = kept_sum_and_count(histogram, a, b)
+        sum_scale, count_scale = self.noise_scales(b - a)
         if b > a:  # a = b: S = 0 on every data set, nothing to hide
-            s += self._noise(self.parts[1], b - a, rng)
-        c += self._noise(self.parts[2], 1, rng)
+            s += self._noise(sum_scale, rng)
+        c += self._noise(count_scale, rng)
         return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c))
 
     def release_histogram(self, histogram: GridHistogram, rng: KeyedRng) -> float:
