@@ -22,7 +22,11 @@ Families (bounds [0, 1000] unless said): ``normal`` N(100, 20); ``lognormal`` e^
 counts (Zipf(2), many ties). n = 10^4 persons at ε ∈ {0.1, 1, 8}; n = 10^3 and 10^5 at ε = 1.
 Data from numpy's seeded Generator (data, not noise); noise from KeyedRng with a fixed secret.
 
-Usage: python benchmarks/trimmed_mean.py [--runs 60]
+``--sweep`` prints instead the evidence for the default split: for candidate threshold shares,
+the error ratio to the known-thresholds release, geometric mean (and worst) over the normal,
+lognormal and contaminated rows (docs/trimmed_mean.md §4; ~5 min at ``--runs 100``).
+
+Usage: python benchmarks/trimmed_mean.py [--runs 60] [--sweep]
 """
 
 from __future__ import annotations
@@ -87,12 +91,14 @@ def noisy_mean(
     return mech.value_of(a, b, s, c)
 
 
-def errors(name: str, n: int, eps: Fraction, runs: int) -> dict[str, tuple[np.ndarray, ...]]:
+def errors(
+    name: str, n: int, eps: Fraction, runs: int, splits: dict[str, tuple[Fraction, ...]] = SPLITS
+) -> dict[str, tuple[np.ndarray, ...]]:
     values, upper = family(name, n, seed=n + 7)
     truth = trimmed_truth(values, upper)
     clamped_mean = float(np.clip(values, 0.0, upper).mean())
     out: dict[str, tuple[np.ndarray, ...]] = {}
-    for row, parts in SPLITS.items():
+    for row, parts in splits.items():
         mech = TrimmedMean(TRIM, 0.0, upper, PureDP(eps), parts=parts)
         hist = mech.grid_histogram(values)
         got = [mech.release_histogram(hist, KeyedRng(SECRET, name, row, i)) for i in range(runs)]
@@ -116,12 +122,47 @@ def errors(name: str, n: int, eps: Fraction, runs: int) -> dict[str, tuple[np.nd
     return out
 
 
+CELLS = [(10**4, Fraction(e)) for e in ("0.1", "1", "8")] + [
+    (10**3, Fraction(1)),
+    (10**5, Fraction(1)),
+]
+# candidate splits for --sweep: (each threshold, sum, count); labels are part of the noise streams
+SWEEP = {
+    "1/4": (Fraction(1, 4), Fraction(3, 8), Fraction(1, 8)),
+    "5/16": (Fraction(5, 16), Fraction(9, 32), Fraction(3, 32)),
+    "3/8": (Fraction(3, 8), Fraction(3, 16), Fraction(1, 16)),
+    "3/8b": (Fraction(3, 8), Fraction(5, 24), Fraction(1, 24)),
+}
+
+
+def sweep(runs: int) -> None:
+    """Error ratios of candidate splits to the known-thresholds release (§4's table)."""
+    ratios: dict[str, list[tuple[float, float]]] = {k: [] for k in SWEEP}
+    for fam in ("normal", "lognormal", "contaminated"):
+        for n, eps in CELLS:
+            e = errors(fam, n, eps, runs, SWEEP)
+            known = e["known thresholds"][0]
+            for k in SWEEP:
+                med = float(np.median(e[k][0]) / np.median(known))
+                p90 = float(np.quantile(e[k][0], 0.9) / np.quantile(known, 0.9))
+                ratios[k].append((med, p90))
+    print("| t (each threshold) | median error / known | p90 error / known | worst median ratio |")
+    print("|---|---|---|---|")
+    for k, rs in ratios.items():
+        logs = np.log(np.array(rs))
+        geo = np.exp(logs.mean(axis=0))
+        print(f"| {k} {SWEEP[k]} | {geo[0]:.2f} | {geo[1]:.2f} | {max(r[0] for r in rs):.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--sweep", action="store_true", help="compare budget splits (§4)")
     args = ap.parse_args()
-    cells = [(n, Fraction(e)) for n in (10**4,) for e in ("0.1", "1", "8")]
-    cells += [(10**3, Fraction(1)), (10**5, Fraction(1))]
+    if args.sweep:
+        sweep(args.runs)
+        return
+    cells = CELLS
     rows = [*SPLITS, "known thresholds", "mean"]
     print(f"trimmed mean, τ = {TRIM}: median | p90 of |error| over {args.runs} runs\n")
     print("| family | n | ε | " + " | ".join(rows) + " | userdp / known |")
