@@ -146,12 +146,12 @@ def sweep(runs: int) -> None:
                 med = float(np.median(e[k][0]) / np.median(known))
                 p90 = float(np.quantile(e[k][0], 0.9) / np.quantile(known, 0.9))
                 ratios[k].append((med, p90))
-    print("| t (each threshold) | median error / known | p90 error / known | worst median ratio |")
+    print("| t : s : c | median error / known | p90 error / known | worst median ratio |")
     print("|---|---|---|---|")
     for k, rs in ratios.items():
-        logs = np.log(np.array(rs))
-        geo = np.exp(logs.mean(axis=0))
-        print(f"| {k} {SWEEP[k]} | {geo[0]:.2f} | {geo[1]:.2f} | {max(r[0] for r in rs):.1f} |")
+        geo = np.exp(np.log(np.array(rs)).mean(axis=0))
+        split = " : ".join(str(p) for p in SWEEP[k])
+        print(f"| {split} | {geo[0]:.2f} | {geo[1]:.2f} | {max(r[0] for r in rs):.1f} |")
 
 
 def main() -> None:
