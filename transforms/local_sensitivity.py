@@ -98,12 +98,21 @@ class _ReleaseFromHistogram:
         self._mechanism, self._key, self._noise = mechanism, key, noise
 
     def __call__(self, histogram: GridHistogram) -> dict[str, Any]:
+        m = self._mechanism
+        if isinstance(m, ExponentialQuantile):  # the quantile's noise-off hook gathers values
+            value = m.release_histogram(histogram, self._key.rng("value"))
+            return {"value": float(value), "released": True}
         if self._noise:
-            value = self._mechanism.release_histogram(histogram, self._key.rng("value"))
+            parts = m.release_parts(histogram, self._key.rng("value"))
         else:
-            assert isinstance(self._mechanism, TrimmedMean)  # the quantile's hook gathers values
-            value = self._mechanism.exact_histogram(histogram)
-        return {"value": float(value), "released": True}
+            parts = m.exact_parts(histogram)
+        lower, upper = m.threshold_values(parts)
+        return {
+            "value": float(parts.value),
+            "lower_threshold": float(lower),
+            "upper_threshold": float(upper),
+            "released": True,
+        }
 
 
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
@@ -137,7 +146,8 @@ class _ReleaseValue:
 
 class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
     """Person shards ((shard, pa.Table) from :class:`~transforms.aggregate.ShardByPerson`, shared
-    by the release's queries) → one row {value: float | None, released: bool}.
+    by the release's queries) → one row {value: float | None, released: bool}; a trimmed mean's
+    row also has lower_threshold and upper_threshold.
 
     Args:
       mechanism: the planned core mechanism (smooth-sensitivity quantile, PTR quantile or mean,

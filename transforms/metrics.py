@@ -355,7 +355,8 @@ class Distinct(_Metric):
 class TrimmedMean(_Metric):
     """Mean of per-person values between their private ``trim`` and 1 − ``trim`` quantiles
     (default trim 0.1): thresholds by the exponential mechanism, then noisy sum and count of the
-    values between them. Pure ε (ρ-zCDP under a ρ total), add/remove one person; derivation and
+    values between them; the row also holds the two thresholds (``lower_threshold``,
+    ``upper_threshold``). Pure ε (ρ-zCDP under a ρ total), add/remove one person; derivation and
     brute-force check in docs/trimmed_mean.md. Values tied with a threshold are all kept."""
 
     metric = "trimmed_mean"

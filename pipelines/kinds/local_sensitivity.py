@@ -41,6 +41,7 @@ from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, parse_bounds, parse_by, parse_shares
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
 from .local_sensitivity_plan import (
+    NUMERIC_COLUMNS,
     PerPersonPlan,
     TopPartitionPlan,
     dp_budget,
@@ -297,6 +298,7 @@ def per_person_plan(
     ctx: PlanContext,
     method: str,
     mechanism: PerPersonMechanism,
+    output_columns: tuple[tuple[str, str], ...] = NUMERIC_COLUMNS,
 ) -> PerPersonPlan:
     return PerPersonPlan(
         query.name,
@@ -307,6 +309,7 @@ def per_person_plan(
         query.options["reduction"],
         query.value,
         mechanism,
+        output_columns=output_columns,
     )
 
 

@@ -57,6 +57,13 @@ if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp
 LN20 = math.log(20.0)  # Laplace: P(|X| > b·ln 20) = 0.05
 NEIGHBOURS = "add/remove one person"
 NUMERIC_COLUMNS = (("value", "float64"), ("released", "bool"))
+# the trimmed mean also publishes the thresholds it averaged between (free: docs/trimmed_mean.md)
+TRIMMED_COLUMNS = (
+    ("value", "float64"),
+    ("lower_threshold", "float64"),
+    ("upper_threshold", "float64"),
+    ("released", "bool"),
+)
 
 
 @dataclass(frozen=True)
@@ -286,9 +293,18 @@ class PerPersonPlan:
                 self.zcdp_delta,
                 bounded_range=is_bounded_range(self.mechanism),
             ),
-            "output": "one row: value (null for ⊥), released (false for ⊥)",
+            "output": self.output_text,
             "gathered": self.gathered,
         }
+
+    @property
+    def output_text(self) -> str:
+        if isinstance(self.mechanism, TrimmedMean):
+            return (
+                "one row: value, lower_threshold and upper_threshold (the private quantiles the "
+                "mean is taken between), released (always true)"
+            )
+        return "one row: value (null for ⊥), released (false for ⊥)"
 
     @property
     def gathered(self) -> str:

@@ -30,6 +30,7 @@ from .local_sensitivity import (
     refuse_by,
     value_columns,
 )
+from .local_sensitivity_plan import TRIMMED_COLUMNS
 
 if TYPE_CHECKING:
     from apache_beam.pvalue import PCollection
@@ -84,7 +85,7 @@ class TrimmedMeanKind:
             mechanism = TrimmedMean(o["trim"], *query.bounds, budget, grid_bits=o["grid_bits"])
         except ValueError as e:
             raise config_error(ctx, e) from e
-        return per_person_plan(query, ctx, METHOD, mechanism)
+        return per_person_plan(query, ctx, METHOD, mechanism, TRIMMED_COLUMNS)
 
     def expand(
         self, clean: PCollection[Any], plan: KindPlan, ctx: BuildContext

@@ -68,6 +68,9 @@ def test_defaults_and_the_epsilon_share(tmp_path: Path) -> None:
         "each_threshold": "5/16", "centred_sum": "9/32", "count": "3/32"}  # fmt: skip
     assert entry["counted_as"]["rule"] == "ε-DP within the ε share"
     assert "one count per grid point" in entry["gathered"]
+    assert entry["output"].startswith("one row: value, lower_threshold and upper_threshold")
+    assert q.output_columns == (("value", "float64"), ("lower_threshold", "float64"),
+                                ("upper_threshold", "float64"), ("released", "bool"))  # fmt: skip
     assert "mean of the values between private 1/10 and 9/10 quantiles (trim 1/10" in text
     assert "thresholds: exponential mechanism at q = 1/10 and 9/10, ε=0.25 each" in text
     assert "discrete Laplace (b−a)/((9/32)·ε) and 1/((3/32)·ε), ε=0.8" in text
@@ -110,6 +113,12 @@ def test_a_rho_share_too_small_to_split_is_a_config_error(tmp_path: Path) -> Non
         planned(tmp_path, TRIMMED, rho=1e-320)
 
 
+def row_of(m: TrimmedMean, parts: Any) -> dict[str, Any]:
+    lower, upper = m.threshold_values(parts)
+    return {"value": parts.value, "lower_threshold": lower, "upper_threshold": upper,
+            "released": True}  # fmt: skip
+
+
 def _release(tmp_path: Path, queries: list[dict[str, Any]], noise: bool, shards: int) -> Any:
     cfg = parse_job(job(tmp_path, queries, epsilon=2.0))
     key = ReleaseKey(TEST_SECRET)
@@ -141,9 +150,11 @@ def test_the_pipeline_draws_what_the_core_draws_from_all_per_person_values(
             values = np.asarray(grouped.column("person_id_count").to_numpy(), dtype=np.float64)
         else:
             values = per_person(table, q.reduction, q.value, q.lower, q.upper)
-        want = q.mechanism.release(values, key.for_query(q.name).rng("value"))
+        m = q.mechanism
+        parts = m.release_parts(m.grid_histogram(values), key.for_query(q.name).rng("value"))
         rows = pq.read_table(result.outputs[q.name]).to_pylist()
-        assert rows == [{"value": want, "released": True}], q.name
+        assert rows == [row_of(m, parts)], q.name
+        assert rows[0]["value"] == m.release(values, key.for_query(q.name).rng("value"))
 
 
 def test_noise_off_releases_the_exact_trimmed_mean(tmp_path: Path) -> None:
@@ -157,7 +168,14 @@ def test_noise_off_releases_the_exact_trimmed_mean(tmp_path: Path) -> None:
     values = per_person(pq.read_table(tmp_path / "data" / "logs.parquet"), "mean",
                         "duration_s", 0.0, 600.0)  # fmt: skip
     (row,) = pq.read_table(result.outputs["tm"]).to_pylist()
-    assert row == {"value": q.mechanism.exact(values), "released": True}
+    m = q.mechanism
+    assert row == row_of(m, m.exact_parts(m.grid_histogram(values)))
+    assert row["value"] == m.exact(values)
+    # the thresholds cut a tenth of the persons off each end (to a person: n/10 need not be whole)
+    half_cell = 600 / 2**21
+    below = int(np.sum(values < row["lower_threshold"] - half_cell))
+    above = int(np.sum(values > row["upper_threshold"] + half_cell))
+    assert abs(below - len(values) / 10) <= 1 and abs(above - len(values) / 10) <= 1
     xs = sorted(values)
     k = len(xs) // 10
     classical = sum(xs[k : len(xs) - k]) / (len(xs) - 2 * k)
@@ -171,8 +189,10 @@ def test_empty_input_releases_the_draw_from_no_values(tmp_path: Path) -> None:
     cfg, key, result = _release(tmp_path, [TRIMMED], noise=True, shards=2)
     (q,) = plan_release(cfg).queries
     assert isinstance(q, PerPersonPlan)
-    want = q.mechanism.release([], key.for_query("tm").rng("value"))
-    assert pq.read_table(result.outputs["tm"]).to_pylist() == [{"value": want, "released": True}]
+    m = q.mechanism
+    assert isinstance(m, TrimmedMean)
+    parts = m.release_parts(m.grid_histogram([]), key.for_query("tm").rng("value"))
+    assert pq.read_table(result.outputs["tm"]).to_pylist() == [row_of(m, parts)]
 
 
 def test_the_graph_combines_histograms_with_noise_on_and_off() -> None:

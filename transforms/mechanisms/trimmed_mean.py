@@ -233,7 +233,7 @@ class TrimmedMean:
         """One draw from the values, one per person."""
         return self.release_histogram(self.grid_histogram(values), rng)
 
-    def exact_histogram(self, histogram: GridHistogram) -> float:
+    def exact_parts(self, histogram: GridHistogram) -> TrimmedRelease:
         """The statistic without noise (the pipeline's ``noise=False`` test hook): thresholds at
         the best-scoring grid points, the kept persons' exact mean grid position."""
         self.low_quantile.check_histogram(histogram)
@@ -241,7 +241,16 @@ class TrimmedMean:
             (self.low_quantile.best_index(histogram), self.high_quantile.best_index(histogram))
         )
         s, c = kept_sum_and_count(histogram, a, b)
-        return self.value_of(a, b, s, c)
+        return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c))
+
+    def exact_histogram(self, histogram: GridHistogram) -> float:
+        return self.exact_parts(histogram).value
+
+    def threshold_values(self, parts: TrimmedRelease) -> tuple[float, float]:
+        """The released thresholds as values (grid points a and b): outputs of the two threshold
+        draws, already counted in the guarantee (composition releases every part's output), so
+        publishing them beside the mean costs nothing."""
+        return self.low_quantile.grid_value(parts.low), self.low_quantile.grid_value(parts.high)
 
     def exact(self, values: npt.ArrayLike) -> float:
         return self.exact_histogram(self.grid_histogram(values))
