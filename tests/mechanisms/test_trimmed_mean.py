@@ -76,9 +76,10 @@ def test_release_draws_the_thresholds_as_the_two_quantiles_do() -> None:
         assert (parts.low, parts.high) == tuple(sorted((first, second)))
         assert parts.value == mech.value_of(parts.low, parts.high, *parts[2:4])
         assert parts.value == mech.release(values, KeyedRng(SECRET, "t", i))
+        as_lists = (hist[0].tolist(), hist[1].tolist())  # any integer sequences, as arrays
+        assert mech.release_parts(as_lists, KeyedRng(SECRET, "t", i)) == parts  # type: ignore[arg-type]
         lower, upper = mech.threshold_values(parts)
-        grid = mech.low_quantile.grid_value
-        assert (lower, upper) == (grid(min(first, second)), grid(max(first, second)))
+        assert (parts.low, parts.high) == (min(first, second), max(first, second))
         assert lower == mech.grid_position_value(Fraction(parts.low))
         assert upper == mech.grid_position_value(Fraction(parts.high))
         assert lower <= parts.value <= upper

@@ -216,6 +216,7 @@ class TrimmedMean:
 
     def release_parts(self, histogram: GridHistogram, rng: KeyedRng) -> TrimmedRelease:
         """The release from the values' grid histogram (merged over shards), with its integers."""
+        histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
         k_lo = self.low_quantile.release_index(histogram, rng)
         k_hi = self.high_quantile.release_index(histogram, rng)
         a, b = min(k_lo, k_hi), max(k_lo, k_hi)  # post-processing of the two draws
@@ -236,6 +237,7 @@ class TrimmedMean:
     def exact_parts(self, histogram: GridHistogram) -> TrimmedRelease:
         """The statistic without noise (the pipeline's ``noise=False`` test hook): thresholds at
         the best-scoring grid points, the kept persons' exact mean grid position."""
+        histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
         self.low_quantile.check_histogram(histogram)
         a, b = sorted(
             (self.low_quantile.best_index(histogram), self.high_quantile.best_index(histogram))
@@ -249,8 +251,11 @@ class TrimmedMean:
     def threshold_values(self, parts: TrimmedRelease) -> tuple[float, float]:
         """The released thresholds as values (grid points a and b): outputs of the two threshold
         draws, already counted in the guarantee (composition releases every part's output), so
-        publishing them beside the mean costs nothing."""
-        return self.low_quantile.grid_value(parts.low), self.low_quantile.grid_value(parts.high)
+        publishing them beside the mean costs nothing. Rounded as the value is, so the value lies
+        between them (rounding is monotone)."""
+        return self.grid_position_value(Fraction(parts.low)), self.grid_position_value(
+            Fraction(parts.high)
+        )
 
     def exact(self, values: npt.ArrayLike) -> float:
         return self.exact_histogram(self.grid_histogram(values))
