@@ -45,6 +45,15 @@ if TYPE_CHECKING:
 METHOD = "exponential"
 
 
+def parse_grid_bits(s: QuerySection, hint: str) -> int:
+    """``grid_bits``: the exponent of the public grid's cell count (default 20, at most 40)."""
+    if s.get("grid_bits") is MISSING:
+        return DEFAULT_GRID_BITS
+    return s.integer(
+        "grid_bits", required=True, default=DEFAULT_GRID_BITS, maximum=MAX_GRID_BITS, hint=hint
+    )
+
+
 class ExponentialQuantileKind:
     """``median`` and ``quantile`` by the exponential mechanism on a grid."""
 
@@ -52,12 +61,7 @@ class ExponentialQuantileKind:
 
     def parse(self, s: QuerySection) -> QueryConfig:
         metric, q, common = parse_quantile_head(s, ("grid_bits",))
-        bits = DEFAULT_GRID_BITS
-        if s.get("grid_bits") is not MISSING:
-            bits = s.integer(
-                "grid_bits", required=True, default=DEFAULT_GRID_BITS, maximum=MAX_GRID_BITS,
-                hint="2^grid_bits grid cells of the bounds; default 20",
-            )  # fmt: skip
+        bits = parse_grid_bits(s, "2^grid_bits grid cells of the bounds; default 20")
         shares = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
         options = {"method": METHOD, "q": q, "reduction": common["reduction"], "grid_bits": bits}
         return quantile_config(s, metric, common, shares, options=options)

@@ -143,7 +143,8 @@ def parse_quantile_head(
 def quantile_config(
     s: QuerySection, metric: str, common: dict[str, Any], shares: tuple[Any, Any, Any], **kw: Any
 ) -> QueryConfig:
-    """The QueryConfig of a quantile method: name, value, bounds, shares, its ``options``."""
+    """The QueryConfig of a per-person metric (a quantile method, the trimmed mean): name, value,
+    bounds, shares, its ``options``."""
     eps, delta, rho = shares
     return QueryConfig(
         s.string("name"), metric, value=common["value"], bounds=common["bounds"],

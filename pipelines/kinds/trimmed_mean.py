@@ -15,18 +15,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
-from userdp.transforms.mechanisms.exponential_quantile import DEFAULT_GRID_BITS, MAX_GRID_BITS
 from userdp.transforms.mechanisms.trimmed_mean import DEFAULT_TRIM, TrimmedMean, as_trim
 
 from ..config import QueryConfig
-from ..config_fields import MISSING, parse_shares
+from ..config_fields import parse_shares
 from .base import BuildContext, KindPlan, PlanContext, QuerySection
+from .exponential_quantile import parse_grid_bits
 from .local_sensitivity import (
     PER_PERSON_KEYS,
     config_error,
     expand_per_person,
     parse_per_person,
     per_person_plan,
+    quantile_config,
     refuse_by,
     value_columns,
 )
@@ -52,23 +53,12 @@ class TrimmedMeanKind:
         if s.has("trim"):
             s.real("trim", low=0.0, high=0.5, open_low=True, open_high=True)
             trim = as_trim(s.get("trim"))  # exact: 0.1 is 1/10
-        bits = DEFAULT_GRID_BITS
-        if s.get("grid_bits") is not MISSING:
-            bits = s.integer(
-                "grid_bits", required=True, default=DEFAULT_GRID_BITS, maximum=MAX_GRID_BITS,
-                hint="2^grid_bits grid cells of the bounds for the thresholds; default 20",
-            )  # fmt: skip
-        eps, delta, rho = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
-        return QueryConfig(
-            s.string("name"),
-            metric,
-            value=common["value"],
-            bounds=common["bounds"],
-            epsilon=eps,
-            delta=delta,
-            rho=rho,
-            options={"reduction": common["reduction"], "trim": trim, "grid_bits": bits},
+        bits = parse_grid_bits(
+            s, "2^grid_bits grid cells of the bounds for the thresholds; default 20"
         )
+        shares = parse_shares(s.v, s.raw, s.prefix, s.budget, spends_delta=None)
+        options = {"reduction": common["reduction"], "trim": trim, "grid_bits": bits}
+        return quantile_config(s, metric, common, shares, options=options)
 
     def needs_delta(self, query: QueryConfig, rho_total: bool) -> bool:
         return False  # pure ε, or ρ-zCDP under a ρ total

@@ -229,9 +229,8 @@ def test_finer_grids_merge_sparse_lists_within_their_bound() -> None:
     assert uniq.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
 
 
-def test_the_default_median_does_not_gather_per_person_values() -> None:
-    """The pipeline graph: shards send grid histograms to the dense combine; no step gathers
-    the values (the noise-off test hook still does, for its exact statistic)."""
+def release_graph_labels(mechanism: Any, name: str, noise: bool) -> set[str]:
+    """The full labels of every step (composite or not) of a per-person release's graph."""
     from apache_beam.pipeline import PipelineVisitor  # noqa: PLC0415
 
     class Labels(PipelineVisitor):  # type: ignore[misc]  # Beam is unannotated
@@ -244,17 +243,21 @@ def test_the_default_median_does_not_gather_per_person_values() -> None:
         def visit_transform(self, node: Any) -> None:
             self.seen.add(node.full_label)
 
+    p = beam.Pipeline()
+    release = ReleasePerPersonStatistic(
+        mechanism, "mean", "duration_s", keys=ReleaseKey(TEST_SECRET), query=name, noise=noise
+    )
+    _ = p | beam.Create([]) | name >> release
+    visitor = Labels()
+    p.visit(visitor)
+    return visitor.seen
+
+
+def test_the_default_median_does_not_gather_per_person_values() -> None:
+    """The pipeline graph: shards send grid histograms to the dense combine; no step gathers
+    the values (the noise-off test hook still does, for its exact statistic)."""
     mech = ExponentialQuantile(Fraction(1, 2), 0.0, 600.0, 1)
-    labels = {}
-    for noise in (True, False):
-        p = beam.Pipeline()
-        release = ReleasePerPersonStatistic(
-            mech, "mean", "duration_s", keys=ReleaseKey(TEST_SECRET), query="med", noise=noise
-        )
-        _ = p | beam.Create([]) | "med" >> release
-        visitor = Labels()
-        p.visit(visitor)
-        labels[noise] = visitor.seen
+    labels = {noise: release_graph_labels(mech, "med", noise) for noise in (True, False)}
     assert {"med/GridHistogram", "med/MergeHistograms"} <= labels[True]
     assert not any("Gather" in label for label in labels[True])
     assert "med/GatherValues" in labels[False]
