@@ -178,8 +178,8 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 "mechanism must be SmoothQuantile, PTRQuantile, PTRMean, LadderPTR, "
                 f"ExponentialQuantile or TrimmedMean, got {type(mechanism).__name__}"
             )
-        # rows clamped to the mechanism's bounds before they are combined: no row value (±inf,
-        # 1e308 twice) can make a per-person value NaN or infinite and the release raise
+        # per-person values clamped to the mechanism's bounds, ±inf and NaN mapped into them: no
+        # row value (±inf, 1e308 twice) can make the release raise
         self._per_person = ReducePerPerson(reduction, value, (mechanism.lower, mechanism.upper))
         self._mechanism = mechanism
         key = keys.for_query(query)

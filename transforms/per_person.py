@@ -59,14 +59,17 @@ def reduce_per_person(
 
     The order of the values is unspecified (the mechanisms take multisets). ``count`` and
     ``distinct`` are exact integers as floats. ``sum``/``mean``/``max``/``min`` read a float64
-    column; with ``bounds`` = (lower, upper) — the mechanism's declared bounds — **each row is
-    clamped before the rows are combined** and the result is clamped again, so every value is
-    finite and in the bounds whatever the rows hold: ±inf rows become the bounds, so a person with
-    rows +inf and −inf has a sum in the bounds, not NaN, and no data value can make the mechanism
-    after this step raise (issue 12; a crash that depends on one person is an observable). A
-    per-person sum is therefore Σ clamp(x) clamped, not clamp(Σ x): a deterministic function of
-    the person's own rows, which is all the mechanisms need (one person → one value): the same
-    bits whatever the order of the rows or of the shard's chunks (summed in sorted order).
+    column; with ``bounds`` = (lower, upper) — the mechanism's declared bounds — **the per-person
+    value is clamped**: clamp(Σ x), clamp(mean x), as the job file's keys say. Whatever the rows
+    hold the value is finite and in the bounds, so no data value can make the mechanism after this
+    step raise (issue 12; a crash that depends on one person is an observable): a sum or mean that
+    reaches ±inf (an ±inf row, or overflow past 1e308) becomes the bound on its side, and one that
+    is NaN (rows +inf and −inf, or overflow both ways) becomes the fixed point clamp(0). Rows are
+    not clamped one by one: that made a sum of rows below a positive ``lower`` Σ clamp(x) — ten
+    rows of 5 with bounds [100, …] summed to 1,000, not clamp(50) = 100 — and a mean the mean of
+    capped rows. The value is a deterministic function of the person's own rows, which is all the
+    mechanisms need (one person → one value): the same bits whatever the order of the rows or of
+    the shard's chunks (summed in sorted order).
     """
     check_reduction(reduction, value)
     if table.num_rows == 0:
@@ -74,11 +77,6 @@ def reduce_per_person(
     column = PERSON_COLUMN if reduction == "count" else str(value)
     selected = table.select(list(dict.fromkeys([PERSON_COLUMN, column])))
     clamping = bounds is not None and reduction in _CLAMPED
-    if clamping:
-        assert bounds is not None
-        lower, upper = _checked(bounds)
-        clamped = pc.min_element_wise(pc.max_element_wise(selected[column], lower), upper)
-        selected = selected.set_column(selected.column_names.index(column), column, clamped)
     if reduction in _ORDER_SENSITIVE:
         # A float sum depends on the order of its terms, and Arrow's threaded hash aggregate
         # adds a person's rows in whatever order its threads and the shard's chunks (the
@@ -95,9 +93,12 @@ def reduce_per_person(
         dtype=np.float64,
     )
     if clamping:
-        # A sum of many in-bound rows can still overflow to ±inf (bounds near 1e308), and to NaN
-        # when it overflows both ways; either way the value depends on this person alone.
-        out = np.clip(np.nan_to_num(out, nan=min(max(0.0, lower), upper)), lower, upper)
+        assert bounds is not None
+        lower, upper = _checked(bounds)
+        # ±inf (an inf row, or a sum past the float range) → the bound on its side; NaN (inf rows
+        # of both signs, or overflow both ways) → clamp(0); the value depends on this person alone
+        out = np.nan_to_num(out, nan=min(max(0.0, lower), upper), posinf=upper, neginf=lower)
+        out = np.clip(out, lower, upper)
     return out
 
 
@@ -128,8 +129,8 @@ class _ReduceShard:
 class ReducePerPerson(beam.PTransform[Any, Any]):
     """PCollection[(shard, pa.Table)] (all rows of each person in one table, from
     :class:`~transforms.aggregate.ShardByPerson`) → PCollection[np.ndarray] of per-person values.
-    Lets several queries reduce from one shuffle. ``bounds``: rows clamped before they are
-    combined (:func:`reduce_per_person`)."""
+    Lets several queries reduce from one shuffle. ``bounds``: each per-person value is clamped
+    to them (:func:`reduce_per_person`)."""
 
     def __init__(
         self, reduction: str, value: str | None, bounds: tuple[float, float] | None = None
@@ -151,7 +152,7 @@ class PerPersonValues(beam.PTransform[Any, Any]):
       value: the column the reduction reads (None for ``count``).
       key: the 32-byte sharding key derived by the launcher from the release secret.
       num_shards: person shards (each held in memory by one worker).
-      bounds: (lower, upper) rows are clamped to before they are combined (value reductions).
+      bounds: (lower, upper) each per-person value is clamped to (value reductions).
     """
 
     def __init__(

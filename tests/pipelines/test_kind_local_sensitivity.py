@@ -315,15 +315,15 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
 def per_person(
     table: pa.Table, reduction: str, value: str, lo: float = 0, hi: float = 600
 ) -> np.ndarray:
-    """Per-person values as the release computes them: value rows clamped to [lo, hi] first."""
+    """Per-person values as the release computes them: the reduction of the person's rows (a sum
+    or mean over the rows sorted by value, on one thread: the release's fixed order), then
+    clamped to [lo, hi] (the value, not each row)."""
     agg = {"count": "count", "distinct": "count_distinct"}.get(reduction, reduction)
-    if reduction in ("sum", "mean", "max", "min"):
-        table = table.set_column(
-            table.column_names.index(value), value, pc.min_element_wise(
-                pc.max_element_wise(table.column(value), float(lo)), float(hi))
-        )  # fmt: skip
-    grouped = table.group_by("person_id").aggregate([(value, agg)])
-    return np.asarray(grouped.column(f"{value}_{agg}").to_numpy(), dtype=np.float64)
+    if reduction in ("sum", "mean"):
+        table = table.take(pc.sort_indices(table.column(value)))
+    grouped = table.group_by("person_id", use_threads=False).aggregate([(value, agg)])
+    out = np.asarray(grouped.column(f"{value}_{agg}").to_numpy(), dtype=np.float64)
+    return np.clip(out, lo, hi) if reduction in ("sum", "mean", "max", "min") else out
 
 
 def quantile(values: np.ndarray, q: Fraction, lo: float, hi: float) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
@@ -91,20 +92,49 @@ def test_misuse(reduction: str, value: str | None, match: str) -> None:
 def _clamped_python(
     data: list[dict[str, Any]], reduction: str, lo: float, hi: float
 ) -> list[float]:
-    clamped = [{**r, "v": min(hi, max(lo, r["v"]))} for r in data]
-    return sorted(min(hi, max(lo, x)) for x in expected(clamped, reduction, "v"))
+    return sorted(min(hi, max(lo, x)) for x in expected(data, reduction, "v"))
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "max", "min"])
-def test_bounds_clamp_each_row_before_the_rows_are_combined(reduction: str) -> None:
+def test_bounds_clamp_the_per_person_value_not_each_row(reduction: str) -> None:
     data = rows(3, 300)  # values in [-5, 50): bounds (0, 20) bind on both sides
     got = reduce_per_person(pa.Table.from_pylist(data), reduction, "v", bounds=(0.0, 20.0))
     assert sorted(got.tolist()) == pytest.approx(_clamped_python(data, reduction, 0.0, 20.0))
-    # the clamp is per row: a person with rows 30 and -5 sums to 20 + 0 = 20, not clamp(25) = 20
-    # and a person with rows 15 and -5 sums to 15 (clamp(10) = 10 without the row clamp)
+    # rows 15 and -5 sum to clamp(10) = 10 (a row clamp gave 15 + 0 = 15)
     two = pa.table({PERSON_COLUMN: ["a", "a"], "v": [15.0, -5.0]})
-    assert reduce_per_person(two, "sum", "v", bounds=(0.0, 20.0)).tolist() == [15.0]
-    assert reduce_per_person(two, "sum", "v").tolist() == [10.0]  # without bounds: raw sum
+    assert reduce_per_person(two, "sum", "v", bounds=(0.0, 20.0)).tolist() == [10.0]
+    # ten rows of 5 with bounds [100, 20000]: clamp(50) = 100 (a row clamp gave 10 × 100 = 1,000)
+    ten = pa.table({PERSON_COLUMN: ["a"] * 10, "v": [5.0] * 10})
+    assert reduce_per_person(ten, "sum", "v", bounds=(100.0, 2e4)).tolist() == [100.0]
+    # a mean of rows 0 and 1,000 under an upper bound of 600: clamp(500) = 500, not mean(0, 600)
+    capped = pa.table({PERSON_COLUMN: ["a", "a"], "v": [0.0, 1000.0]})
+    assert reduce_per_person(capped, "mean", "v", bounds=(0.0, 600.0)).tolist() == [500.0]
+
+
+def test_infinite_and_nan_results_map_into_the_bounds() -> None:
+    """+inf → upper, −inf → lower, NaN (inf rows of both signs) → clamp(0): fixed points, so the
+    value is a function of the person's rows alone and never non-finite."""
+    table = pa.table({
+        PERSON_COLUMN: ["up", "down", "both", "both", "over", "over"],
+        "v": [math.inf, -math.inf, math.inf, -math.inf, 1e308, 1e308],
+    })  # fmt: skip
+    got = dict(zip(["both", "down", "over", "up"], sorted_by_person(table, (-3.0, 7.0)),
+                   strict=True))  # fmt: skip
+    assert got == {"up": 7.0, "down": -3.0, "both": 0.0, "over": 7.0}
+    got = dict(zip(["both", "down", "over", "up"], sorted_by_person(table, (2.0, 7.0)),
+                   strict=True))  # fmt: skip
+    assert got["both"] == 2.0  # clamp(0) into [2, 7]
+
+
+def sorted_by_person(table: pa.Table, bounds: tuple[float, float]) -> list[float]:
+    """The per-person sums, in the order of the sorted person ids (the reduction's own order is
+    unspecified): each person reduced alone."""
+    people = sorted(set(table.column(PERSON_COLUMN).to_pylist()))
+    out = []
+    for p in people:
+        mine = table.filter(pc.equal(table.column(PERSON_COLUMN), p))
+        out.extend(reduce_per_person(mine, "sum", "v", bounds=bounds).tolist())
+    return out
 
 
 HOSTILE = [math.inf, -math.inf, 1e308, -1e308, -0.0, 0.0, 5.0]
