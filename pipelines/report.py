@@ -128,7 +128,10 @@ def values_chart(
     errors = [z * float(r.get("stddev") or 0.0) for r in shown][::-1]
     ax.errorbar(values, range(len(values)), xerr=errors, fmt="o", color="#b5524a", capsize=3)
     ax.set_yticks(range(len(values)), labels, fontsize=8)
-    ax.set_xlabel(f"released value (bars: the noise's 95% interval, ±{z:.3g} stddevs)")
+    if any("stddev" in r for r in shown):
+        ax.set_xlabel(f"released value (bars: the noise's 95% interval, ±{z:.3g} stddevs)")
+    else:  # order statistics, the trimmed mean: no stddev column, so no bar to draw
+        ax.set_xlabel("released value (no stddev column: the error is in `userdp plan`)")
     ax.set_title(name)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)

@@ -258,6 +258,21 @@ def test_an_error_bar_is_the_noises_95_percent_interval() -> None:
     assert z95({"statistic": {"mechanism": "laplace"}}) == LAPLACE_Z95
 
 
+def test_a_chart_without_stddevs_claims_no_error_bars() -> None:
+    """A median's or trimmed mean's row has no stddev: its chart must not say that bars show
+    the noise's 95% interval (the bars would be drawn with zero width)."""
+    from userdp.pipelines.report import values_chart  # noqa: PLC0415
+
+    def comments(svg: str | None) -> str:  # matplotlib writes each text as an SVG comment
+        assert svg is not None
+        return " ".join(re.findall(r"<!-- (.*?) -->", svg))
+
+    bare = comments(values_chart("tm", [{"value": 62.2, "lower_threshold": 31.8}], []))
+    assert "95% interval" not in bare and "no stddev column" in bare
+    noisy = comments(values_chart("visits", [{"value": 120.0, "stddev": 4.2}], []))
+    assert "95% interval" in noisy
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.toml")))
 def test_every_example_jobs_report_is_drawn(example: str) -> None:
     """A release with a shifted-inverse query had no report.html: its manifest names the
