@@ -31,6 +31,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from userdp.transforms.mechanisms.exponential_quantile import GridBoundsError
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.quantile_sensitivity import SpanError, as_quantile
@@ -94,6 +95,14 @@ def _needs_delta(s: QuerySection, metric: str) -> tuple[str, object, str, str]:
 
 
 def config_error(ctx: PlanContext, err: ValueError) -> ConfigError:
+    if isinstance(err, GridBoundsError):  # the bounds' fault too
+        return ConfigError(
+            f"{ctx.key}.bounds",
+            err.bounds,
+            "[lower, upper] further apart than the smallest float step",
+            str(err),
+            ctx.source,
+        )
     if isinstance(err, SpanError):  # the bounds' fault, not the share's
         return ConfigError(
             f"{ctx.key}.bounds",

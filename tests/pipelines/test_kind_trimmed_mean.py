@@ -106,6 +106,14 @@ def test_misuse_is_refused_with_the_key(tmp_path: Path, change: dict[str, Any], 
         parse_job(job(tmp_path, [{**TRIMMED, **change}]))
 
 
+@pytest.mark.parametrize("metric", ["trimmed_mean", "median"])
+def test_bounds_too_close_for_a_grid_are_the_bounds_fault(tmp_path: Path, metric: str) -> None:
+    query = {**TRIMMED, "metric": metric, "bounds": [0.0, 5e-324]}
+    with pytest.raises(ConfigError, match=r"queries\[0\]\.bounds = \[0\.0, 5e-324\]: expected .*"
+                       r"further apart.*too close to tell apart on a grid"):  # fmt: skip
+        plan_release(parse_job(job(tmp_path, [query])))
+
+
 def test_a_rho_share_too_small_to_split_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"queries\[0\].*too small for a trimmed mean"):
         planned(tmp_path, TRIMMED, rho=1e-320)

@@ -84,6 +84,15 @@ def merge_grid_histograms(parts: Iterable[GridHistogram]) -> GridHistogram:
     return idx[starts], np.add.reduceat(counts, starts).astype(np.int64, copy=False)
 
 
+class GridBoundsError(ValueError):
+    """Public bounds too close for a grid (their halves are equal floats): the bounds' fault,
+    which a job reports against its ``bounds`` key, not its share."""
+
+    def __init__(self, lower: object, upper: object) -> None:
+        self.bounds = [lower, upper]
+        super().__init__(f"bounds [{lower}, {upper}] are too close to tell apart on a grid")
+
+
 @dataclass(frozen=True)
 class ExponentialQuantile:
     """The q-quantile on a grid of [lower, upper], 2^grid_bits cells.
@@ -112,7 +121,7 @@ class ExponentialQuantile:
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
             raise ValueError(f"bounds must be finite with lower < upper, got [{lower}, {upper}]")
         if hi / 2 - lo / 2 == 0:  # e.g. ±5e-324: the halves the indices divide by (grid_indices)
-            raise ValueError(f"bounds [{lower}, {upper}] are too close to tell apart on a grid")
+            raise GridBoundsError(lower, upper)
         eps = positive(epsilon, "epsilon", "the quantile's share of the budget")
         if isinstance(grid_bits, bool) or not isinstance(grid_bits, int):
             raise TypeError(f"grid_bits must be an int, got {grid_bits!r}")
