@@ -1,7 +1,9 @@
-"""Beam combines that add the exponential quantile's per-shard grid histograms into one.
+"""Beam combines that add per-shard grid histograms into one (the exponential quantile's, the
+trimmed mean's).
 
-:class:`~transforms.mechanisms.exponential_quantile.ExponentialQuantile` reads the data only
-through its grid histogram (sorted distinct grid indices, how many values each holds), so each
+:class:`~transforms.mechanisms.exponential_quantile.ExponentialQuantile` and
+:class:`~transforms.mechanisms.trimmed_mean.TrimmedMean` read the data only through its grid
+histogram (sorted distinct grid indices, how many values each holds), so each
 person shard sends its histogram and one of these combines adds them: the releasing worker never
 holds one value per person. Which combine depends on the public grid size G (never on the data):
 

@@ -311,12 +311,12 @@ class PerPersonPlan:
         """What the releasing worker holds (transforms/local_sensitivity.py and
         transforms/grid_histogram.py, which choose by the public grid size), for the manifest."""
         m = self.mechanism
-        if isinstance(m, (ExponentialQuantile, TrimmedMean)) and m.dense_counts:
-            return (
-                f"one count per grid point on one worker ({m.cells + 1:,} counts of 8 bytes, "
-                "whatever the person count)"
-            )
         if isinstance(m, (ExponentialQuantile, TrimmedMean)):
+            if m.dense_counts:
+                return (
+                    f"one count per grid point on one worker ({m.cells + 1:,} counts of 8 bytes, "
+                    "whatever the person count)"
+                )
             return "the distinct grid points on one worker (16 bytes each, up to one per person)"
         return "every per-person value on one worker (8 bytes per person)"
 

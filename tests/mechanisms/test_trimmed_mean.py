@@ -388,6 +388,6 @@ def test_misuse_is_refused() -> None:
     with pytest.raises(ValueError, match="increasing indices"):
         mech.release_histogram(bad, KeyedRng(SECRET, "bad"))
     with pytest.raises(ValueError, match="increasing indices"):
-        mech.exact_histogram(bad)
+        mech.exact_parts(bad)
     with pytest.raises(ValueError, match="NaN"):
         mech.release([1.0, float("nan")], KeyedRng(SECRET, "nan"))

@@ -17,8 +17,6 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -38,6 +36,8 @@ from userdp.transforms.local_sensitivity import ReleasePerPersonStatistic
 from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 from userdp.transforms.mechanisms.exponential_quantile import DENSE_CELLS, ExponentialQuantile
 from userdp.transforms.mechanisms.rng import ReleaseKey
+
+from .test_kind_local_sensitivity import per_person
 
 MEDIAN = {
     "name": "med",
@@ -102,16 +102,6 @@ def test_the_plan_states_a_finite_cell_width_for_bounds_near_the_float_range(
     print_plan(plan_release(parse_job(job)), out)
     assert "1,048,576 grid cells of width 1.91e+302" in out.getvalue()  # was "width inf"
     assert "memory: one count per grid point on one worker (1,048,577 counts" in out.getvalue()
-
-
-def per_person(table: pa.Table, reduction: str, value: str, lo: float, hi: float) -> np.ndarray:
-    """Per-person values as the release computes them: the reduction, then clamped to the
-    bounds (the value, not each row)."""
-    agg = "count" if reduction == "count" else reduction
-    if reduction in ("sum", "mean"):  # the release's fixed order: rows sorted, one thread
-        table = table.take(pc.sort_indices(table.column(value)))
-    grouped = table.group_by("person_id", use_threads=False).aggregate([(value, agg)])
-    return np.clip(grouped.column(f"{value}_{agg}").to_numpy(), lo, hi).astype(np.float64)
 
 
 @pytest.mark.parametrize("shards", [1, 5])

@@ -26,7 +26,8 @@ from userdp.transforms.mechanisms.accounting import ZCDP, PureDP
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.trimmed_mean import TrimmedMean
 
-from .test_kind_exponential_quantile import per_person, release_graph_labels
+from .test_kind_exponential_quantile import release_graph_labels
+from .test_kind_local_sensitivity import per_person
 
 TRIMMED = {
     "name": "tm",
@@ -151,11 +152,8 @@ def test_the_pipeline_draws_what_the_core_draws_from_all_per_person_values(
     table = pq.read_table(tmp_path / "data" / "logs.parquet")
     for q in plan_release(cfg).queries:
         assert isinstance(q, PerPersonPlan) and isinstance(q.mechanism, TrimmedMean)
-        if q.value is None:  # rows per person (the mechanism clamps them to the bounds)
-            grouped = table.group_by("person_id").aggregate([("person_id", "count")])
-            values = np.asarray(grouped.column("person_id_count").to_numpy(), dtype=np.float64)
-        else:
-            values = per_person(table, q.reduction, q.value, q.lower, q.upper)
+        # count: rows per person (of any non-null column; the mechanism clamps to the bounds)
+        values = per_person(table, q.reduction, q.value or "duration_s", q.lower, q.upper)
         m = q.mechanism
         parts = m.release_parts(m.grid_histogram(values), key.for_query(q.name).rng("value"))
         rows = pq.read_table(result.outputs[q.name]).to_pylist()

@@ -50,7 +50,6 @@ from .accounting import ZCDP, PureDP, bounded_range_epsilon_within_rho
 from .checks import Rational, positive
 from .discrete import discrete_gaussian, discrete_laplace
 from .exponential_quantile import DEFAULT_GRID_BITS, ExponentialQuantile, GridHistogram
-from .quantile_sensitivity import as_quantile
 from .rng import KeyedRng
 
 DEFAULT_TRIM = Fraction(1, 10)
@@ -87,7 +86,7 @@ def as_trim(trim: object) -> Fraction:
             f"trim must lie strictly between 0 and 1/2, got {trim!r}: the share of persons "
             "trimmed from each end (0.1 keeps the middle 80%)"
         )
-    return as_quantile(t)
+    return t
 
 
 def kept_sum_and_count(histogram: GridHistogram, a: int, b: int) -> tuple[int, int]:
@@ -245,9 +244,6 @@ class TrimmedMean:
         s, c = kept_sum_and_count(histogram, a, b)
         return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c))
 
-    def exact_histogram(self, histogram: GridHistogram) -> float:
-        return self.exact_parts(histogram).value
-
     def threshold_values(self, parts: TrimmedRelease) -> tuple[float, float]:
         """The released thresholds as values (grid points a and b): outputs of the two threshold
         draws, already counted in the guarantee (composition releases every part's output), so
@@ -258,7 +254,7 @@ class TrimmedMean:
         )
 
     def exact(self, values: npt.ArrayLike) -> float:
-        return self.exact_histogram(self.grid_histogram(values))
+        return self.exact_parts(self.grid_histogram(values)).value
 
     def to_manifest(self) -> dict[str, Any]:
         q = self.low_quantile
