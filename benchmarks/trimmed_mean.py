@@ -10,9 +10,10 @@ Rows:
   (thresholds 5ε/16 each, centred sum 9ε/32, count 3ε/32);
 * ``split 1/4`` and ``split 3/8`` — the same with each threshold at 1/4 (sum 3/8, count 1/8) or
   3/8 (sum 3/16, count 1/16) of ε: the neighbours of the default split (docs/trimmed_mean.md §4);
-* ``known thresholds`` — the best in hindsight: the thresholds at the exact quantiles' grid
-  points, free, and all of ε on the kept sum (3/4) and count (1/4). Not private; what the
-  release would reach if the thresholds cost nothing;
+* ``known thresholds`` — the best in hindsight: the thresholds at the exact quantiles'
+  positions (grid point and split of its tied persons), free, and all of ε on the kept sum
+  (3/4) and count (1/4). Not private; what the release would reach if the thresholds cost
+  nothing;
 * ``mean`` — the untrimmed bounded mean on the public bounds (ε/2 sum, ε/2 count, as the job's
   ``mean``): its error against the trimmed mean (what using ``mean`` for a robust average
   gives), and in brackets against its own target, the clamped mean.
@@ -40,6 +41,7 @@ import numpy as np
 from userdp.transforms.mechanisms.accounting import PureDP
 from userdp.transforms.mechanisms.discrete import discrete_laplace
 from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.split_quantile import Position
 from userdp.transforms.mechanisms.trimmed_mean import (
     DEFAULT_PARTS,
     TrimmedMean,
@@ -78,13 +80,13 @@ def trimmed_truth(values: np.ndarray, upper: float) -> float:
 
 
 def noisy_mean(
-    mech: TrimmedMean, hist: object, ends: tuple[int, int], eps: Fraction, *,
+    mech: TrimmedMean, hist: object, ends: tuple[Position, Position], eps: Fraction, *,
     parts: tuple[Fraction, ...], rng: KeyedRng,
 ) -> float:  # fmt: skip
-    """The mean between fixed thresholds ``ends`` = (a, b), a ≤ b, with (sum, count) shares
-    ``parts`` of ε."""
-    a, b = ends
-    s, c = kept_sum_and_count(hist, a, b)  # type: ignore[arg-type]
+    """The mean between fixed threshold positions ``ends`` = ((a, j_a), (b, j_b)), in order,
+    with (sum, count) shares ``parts`` of ε."""
+    (a, _), (b, _) = ends
+    s, c = kept_sum_and_count(hist, *ends)  # type: ignore[arg-type]
     if b > a:
         s += discrete_laplace(rng, Fraction(b - a) / (eps * parts[0]))
     c += discrete_laplace(rng, 1 / (eps * parts[1]))
@@ -105,16 +107,18 @@ def errors(
         out[row] = (np.abs(np.array(got) - truth),)
     mech = TrimmedMean(TRIM, 0.0, upper, PureDP(eps))
     hist = mech.grid_histogram(values)
-    a, b = sorted((mech.low_quantile.best_index(hist), mech.high_quantile.best_index(hist)))
+    low, high = sorted(
+        (mech.low_quantile.best_position(hist), mech.high_quantile.best_position(hist))
+    )
     known = [
-        noisy_mean(mech, hist, (a, b), eps, parts=(Fraction(3, 4), Fraction(1, 4)),
+        noisy_mean(mech, hist, (low, high), eps, parts=(Fraction(3, 4), Fraction(1, 4)),
                    rng=KeyedRng(SECRET, name, "known", i))
         for i in range(runs)
     ]  # fmt: skip
     out["known thresholds"] = (np.abs(np.array(known) - truth),)
     half = (Fraction(1, 2), Fraction(1, 2))
     plain = np.array(
-        [noisy_mean(mech, hist, (0, mech.cells), eps, parts=half,
+        [noisy_mean(mech, hist, ((0, 0), (mech.cells, 1 << mech.split_bits)), eps, parts=half,
                     rng=KeyedRng(SECRET, name, "mean", i))
          for i in range(runs)]
     )  # fmt: skip

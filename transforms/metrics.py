@@ -357,7 +357,8 @@ class TrimmedMean(_Metric):
     (default trim 0.1): thresholds by the exponential mechanism, then noisy sum and count of the
     values between them; the row also holds the two thresholds (``lower_threshold``,
     ``upper_threshold``). Pure ε (ρ-zCDP under a ρ total), add/remove one person; derivation and
-    brute-force check in docs/trimmed_mean.md. Values tied with a threshold are all kept."""
+    brute-force check in docs/trimmed_mean.md. A threshold can fall inside a group of tied values,
+    so integer values are trimmed as the classical trimmed mean trims them."""
 
     metric = "trimmed_mean"
 

@@ -48,6 +48,7 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
     SmoothQuantile,
     make_smooth_noise,
 )
+from userdp.transforms.mechanisms.split_quantile import SplitQuantile
 from userdp.transforms.mechanisms.stability import StableTopPartition
 from userdp.transforms.mechanisms.trimmed_mean import TrimmedMean
 
@@ -118,17 +119,19 @@ def smooth_noise(kind: str, gamma: float, share: Budget, zcdp_delta: Fraction) -
     return make_smooth_noise("cauchy", epsilon=float_down(b.epsilon), gamma=gamma)
 
 
-def _rank_error(m: ExponentialQuantile) -> float:
+def _rank_error(m: ExponentialQuantile | SplitQuantile) -> float:
     """Ranks from q·n the release misses by at most, with probability ≥ 95%.
 
     The exponential mechanism's utility bound (Dwork & Roth 2014, Thm. 3.11): the released score
-    is within 2Δ·ln((G + 1)/β)/ε of the best (which is within Δ of 0). The score is
-    −|d·B − a·n| up to ties for q = a/d, so d ranks of B move it by d: the rank error is the score
-    error over d, with Δ = max(a, d − a) and β = 5%.
+    is within 2Δ·ln(R/β)/ε of the best (which is within Δ of 0), R the number of candidates
+    (G + 1 grid points, or (G + 1)·(J + 1) positions). The score is −|d·B − a·n| up to ties for
+    q = a/d, so d ranks of B move it by d: the rank error is the score error over d, with
+    Δ = max(a, d − a) and β = 5%.
     """
     a, d = m.q.numerator, m.q.denominator
     delta = max(a, d - a)
-    return (2 * math.log((m.cells + 1) / 0.05) / float(m.epsilon) + 1) * delta / d
+    candidates = m.positions if isinstance(m, SplitQuantile) else m.cells + 1
+    return (2 * math.log(candidates / 0.05) / float(m.epsilon) + 1) * delta / d
 
 
 BOUNDED_RANGE_RULE = (
@@ -220,8 +223,9 @@ def _trimmed_lines(m: TrimmedMean) -> list[str]:
         noise = f"discrete Laplace (b−a)/(({s})·ε) and 1/(({c})·ε), ε={float(m.budget.epsilon):.4g}"
     return [
         f"thresholds: exponential mechanism at q = {lo.q} and {hi.q}, ε={float(lo.epsilon):.4g} "
-        f"each, {m.cells:,} grid cells; rank error ≤ {_rank_error(lo):.3g} persons each with "
-        "probability ≥ 95%",
+        f"each, {m.cells:,} grid cells split {1 << m.split_bits:,} ways among tied persons; "
+        f"rank error ≤ {_rank_error(lo):.3g} persons each with probability ≥ 95% (plus c/"
+        f"{1 << m.split_bits:,} at a grid point of c tied persons)",
         f"kept persons' centred sum and count + {noise}; noise on the mean: std ≈ "
         f"{std / 2:.3g}·(upper threshold − lower threshold) / kept persons",
     ]

@@ -3,7 +3,8 @@
 Keys: ``per_person``, ``value``, ``bounds`` as for ``median``; ``trim`` (τ, the share of persons
 trimmed from each end, in (0, 1/2), default 0.1); ``grid_bits`` (the thresholds' grid, default
 20). The release (:class:`~userdp.transforms.mechanisms.trimmed_mean.TrimmedMean`) picks the two
-thresholds by the exponential mechanism on a grid of the bounds (5/16 of the share each) and adds
+thresholds by the exponential mechanism on a grid of the bounds, each a grid point and a split of
+the persons tied at it (5/16 of the share each), and adds
 discrete noise to the kept persons' centred sum and count (9/32 and 3/32). Guarantee: pure ε-DP
 under an ε or (ε, δ) total (counted as (ε, 0)), ρ-zCDP under a ρ total; add/remove one person.
 Derivation and brute-force check: ``docs/trimmed_mean.md``. Like the default median, it reads the

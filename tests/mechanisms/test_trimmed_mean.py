@@ -12,7 +12,6 @@ import pytest
 from scipy import stats
 
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP
-from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.rng import KeyedRng
 from userdp.transforms.mechanisms.trimmed_mean import (
     COUNT_PART,
@@ -23,22 +22,26 @@ from userdp.transforms.mechanisms.trimmed_mean import (
     kept_sum_and_count,
 )
 
-from .test_exponential_quantile import law, naive_scores
+from .test_split_quantile import naive_below, position_law
 
 SECRET = bytes(range(32))
-PINNED = TrimmedRelease(1379, 2827, -12268, 120, 50.094807942708336)
+PINNED = TrimmedRelease(1403, 2839, -6841, 115, 51.05606742527174, 3616, 24)
 
 
 def naive_exact(mech: TrimmedMean, values: list[float]) -> float:
-    """Thresholds at the lowest best-scoring grid points (scores from their definition), then the
-    mean grid value of the values whose index lies between them."""
-    idx = mech.low_quantile.grid_indices(values).tolist()
+    """Thresholds at the first best-scoring positions (scores from their definition), then the
+    mean grid index of the persons between them: with B persons below the lower position and B'
+    below the upper, the sorted indices from the B-th to before the B'-th."""
+    idx = sorted(mech.grid_histogram(values)[0].repeat(mech.grid_histogram(values)[1]).tolist())
+    width = (1 << mech.split_bits) + 1
     ends = []
     for q in (mech.low_quantile, mech.high_quantile):
-        scores = naive_scores(q, values)
-        ends.append(scores.index(max(scores)))
-    a, b = sorted(ends)
-    kept = [k for k in idx if a <= k <= b]
+        law = position_law(q, values)
+        f = law.index(max(law))
+        ends.append((f, naive_below(q, values)[f]))
+    (f_lo, below_lo), (f_hi, below_hi) = sorted(ends)
+    a, b = f_lo // width, f_hi // width
+    kept = idx[below_lo:below_hi]
     if not kept:
         return mech.grid_position_value(Fraction(a + b, 2))
     return mech.grid_position_value(Fraction(sum(kept), len(kept)))
@@ -46,11 +49,25 @@ def naive_exact(mech: TrimmedMean, values: list[float]) -> float:
 
 @pytest.mark.parametrize("trim", [Fraction(1, 10), Fraction(1, 4), Fraction(2, 5)])
 def test_exact_statistic_is_the_mean_between_the_best_thresholds(trim: Fraction) -> None:
-    mech = TrimmedMean(trim, -1.0, 3.0, PureDP(1), grid_bits=5)
+    mech = TrimmedMean(trim, -1.0, 3.0, PureDP(1), grid_bits=4, split_bits=2)
     gen = np.random.default_rng(3)  # test data
     for n in (0, 1, 2, 7, 30):
-        values = gen.normal(1.0, 1.5, n).round(2).tolist()
+        values = gen.normal(1.0, 1.5, n).round(1).tolist()  # ties on a 16-cell grid
         assert mech.exact(values) == naive_exact(mech, values)
+
+
+def test_exact_statistic_splits_ties_as_the_classical_trimmed_mean() -> None:
+    """200 row counts with heavy ties (Zipf): the best positions fall inside the tied groups and
+    keep exactly the middle 160 persons, as the classical 10%-trimmed mean does. The negative
+    control — every person tied with a threshold kept (whole grid points) — differs."""
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 64.0, PureDP(1), grid_bits=6)
+    values = np.minimum(np.random.default_rng(1).zipf(1.6, 200), 64).astype(float)  # test data
+    ordered = np.sort(values)
+    assert ordered[19] == ordered[20] and ordered[179] == ordered[180]  # ties at both cuts
+    classical = float(np.mean(ordered[20:180]))
+    assert mech.exact(values) == pytest.approx(classical, abs=1e-12)
+    whole = ordered[(ordered >= ordered[20]) & (ordered <= ordered[179])]
+    assert float(np.mean(whole)) != pytest.approx(classical, abs=1e-3)
 
 
 def test_exact_statistic_is_the_classical_trimmed_mean_on_distinct_grid_values() -> None:
@@ -71,15 +88,15 @@ def test_release_draws_the_thresholds_as_the_two_quantiles_do() -> None:
     for i in range(20):
         parts = mech.release_parts(hist, KeyedRng(SECRET, "t", i))
         rng = KeyedRng(SECRET, "t", i)
-        first = mech.low_quantile.release_index(hist, rng)
-        second = mech.high_quantile.release_index(hist, rng)
-        assert (parts.low, parts.high) == tuple(sorted((first, second)))
+        first = mech.low_quantile.release_position(hist, rng)
+        second = mech.high_quantile.release_position(hist, rng)
+        assert parts.positions == tuple(sorted((first, second)))
         assert parts.value == mech.value_of(parts.low, parts.high, *parts[2:4])
         assert parts.value == mech.release(values, KeyedRng(SECRET, "t", i))
         as_lists = (hist[0].tolist(), hist[1].tolist())  # any integer sequences, as arrays
         assert mech.release_parts(as_lists, KeyedRng(SECRET, "t", i)) == parts  # type: ignore[arg-type]
         lower, upper = mech.threshold_values(parts)
-        assert (parts.low, parts.high) == (min(first, second), max(first, second))
+        assert (parts.low, parts.high) == (min(first, second)[0], max(first, second)[0])
         assert lower == mech.grid_position_value(Fraction(parts.low))
         assert upper == mech.grid_position_value(Fraction(parts.high))
         assert lower <= parts.value <= upper
@@ -137,7 +154,7 @@ def _noise_draws(
     ds, dc, spans = [], [], []
     for i in range(releases):
         r = mech.release_parts(hist, KeyedRng(SECRET, label, i))
-        s, c = kept_sum_and_count(hist, r.low, r.high)
+        s, c = kept_sum_and_count(hist, *r.positions)
         if r.high > r.low:
             ds.append(r.noisy_sum - s)
             spans.append(r.high - r.low)
@@ -209,10 +226,10 @@ def test_crossed_threshold_draws_are_sorted() -> None:
     for i in range(100):
         parts = mech.release_parts(empty, KeyedRng(SECRET, "cross", i))
         rng = KeyedRng(SECRET, "cross", i)
-        first = mech.low_quantile.release_index(empty, rng)
-        second = mech.high_quantile.release_index(empty, rng)
+        first = mech.low_quantile.release_position(empty, rng)
+        second = mech.high_quantile.release_position(empty, rng)
         crossed += first > second
-        assert (parts.low, parts.high) == (min(first, second), max(first, second))
+        assert parts.positions == (min(first, second), max(first, second))
         assert parts.low <= parts.value <= parts.high  # grid value = index on [0, 16], 16 cells
     assert crossed > 20
 
@@ -220,35 +237,33 @@ def test_crossed_threshold_draws_are_sorted() -> None:
 def test_a_release_is_pinned_for_a_fixed_secret() -> None:
     """The draw order (thresholds low then high, the sum's noise, the count's) fixes released
     values for a secret: a change to it changes what a re-run publishes, so it must be on purpose
-    (CHANGELOG) — this value was computed when the mechanism was written."""
+    (CHANGELOG) — this value was computed when the thresholds became positions that split ties."""
     mech = TrimmedMean(Fraction(1, 10), 0.0, 100.0, PureDP(1), grid_bits=12)
     values = np.random.default_rng(4).normal(50, 15, 150)
     parts = mech.release_parts(mech.grid_histogram(values), KeyedRng(SECRET, "pinned"))
     assert parts == PINNED
 
 
-def _threshold_law(q: ExponentialQuantile, values: list[float]) -> list[float]:
-    return law(q, values)
-
-
 def _losses(
     mech: TrimmedMean, x: list[float], y: list[float], sum_scale_factor: float = 1.0
 ) -> tuple[float, float, float, float, float]:
     """sup over outputs of ln P_x/P_y, exactly (floats), for each part — the low threshold, the
-    high threshold, S̃ given (a, b), C̃ given (a, b) — and for the joint output (k_lo, k_hi, S̃, C̃).
-    Threshold laws come from their definition; a discrete Laplace term's supremum over its
-    outcomes is |S_x − S_y|/scale."""
-    px = [_threshold_law(q, x) for q in (mech.low_quantile, mech.high_quantile)]
-    py = [_threshold_law(q, y) for q in (mech.low_quantile, mech.high_quantile)]
+    high threshold, S̃ given the two positions, C̃ given them — and for the joint output
+    (both positions drawn, S̃, C̃). Threshold laws come from their definition; a discrete Laplace
+    term's supremum over its outcomes is |S_x − S_y|/scale."""
+    px = [position_law(q, x) for q in (mech.low_quantile, mech.high_quantile)]
+    py = [position_law(q, y) for q in (mech.low_quantile, mech.high_quantile)]
     hx = mech.grid_histogram(x)
     hy = mech.grid_histogram(y)
     low = max(math.log(p / r) for p, r in zip(px[0], py[0], strict=True))
     high = max(math.log(p / r) for p, r in zip(px[1], py[1], strict=True))
     worst_sum = worst_count = joint = -math.inf
-    for k_lo, k_hi in itertools.product(range(mech.cells + 1), repeat=2):
-        a, b = min(k_lo, k_hi), max(k_lo, k_hi)
-        sx, cx = kept_sum_and_count(hx, a, b)
-        sy, cy = kept_sum_and_count(hy, a, b)
+    width = (1 << mech.split_bits) + 1
+    for k_lo, k_hi in itertools.product(range(len(px[0])), repeat=2):
+        first, last = sorted((divmod(k_lo, width), divmod(k_hi, width)))
+        (a, _), (b, _) = first, last
+        sx, cx = kept_sum_and_count(hx, first, last, mech.split_bits)
+        sy, cy = kept_sum_and_count(hy, first, last, mech.split_bits)
         sum_scale, count_scale = (float(x) for x in mech.noise_scales(b - a))  # what it draws
         sum_loss = 0.0
         if b > a:
@@ -263,7 +278,8 @@ def _losses(
 
 
 def _neighbours() -> list[tuple[list[float], list[float]]]:
-    """Every multiset of ≤ 2 values on a 5-point grid, with one value more."""
+    """Every multiset of ≤ 2 values on a 5-point grid, with one value more (up to 3 tied: more
+    than the J = 2 splits of the brute-force tests)."""
     points = [0.0, 1.0, 2.0, 3.0, 4.0]
     pairs = []
     for n in range(3):
@@ -286,9 +302,10 @@ def _worst(mech: TrimmedMean, sum_scale_factor: float = 1.0) -> np.ndarray:
 def test_brute_force_privacy_loss_is_at_most_epsilon(trim: Fraction) -> None:
     """Every pair of neighbours (add/remove one value, both directions) on a 5-point grid: each
     part's privacy loss is within its share — the sum's and the count's are met exactly, so the
-    sensitivities b − a and 1 are tight — and the joint loss is within ε."""
+    sensitivities b − a and 1 are tight — and the joint loss is within ε. Positions split each
+    grid point in J = 2 (3 positions per point, 15 in all)."""
     eps = Fraction(7, 10)
-    mech = TrimmedMean(trim, 0.0, 4.0, PureDP(eps), grid_bits=2)
+    mech = TrimmedMean(trim, 0.0, 4.0, PureDP(eps), grid_bits=2, split_bits=1)
     low, high, sum_loss, count_loss, joint = _worst(mech)
     tol = 1e-9
     assert low <= float(eps * THRESHOLD_PART) + tol and high <= float(eps * THRESHOLD_PART) + tol
@@ -301,20 +318,22 @@ def test_brute_force_catches_the_sum_noise_for_half_the_sensitivity() -> None:
     """The negative control: noise scaled as if the centred values moved S by (b − a)/2 — the
     slip of measuring the centred range in whole cells — overspends the sum's share twice."""
     eps = Fraction(7, 10)
-    mech = TrimmedMean(Fraction(1, 10), 0.0, 4.0, PureDP(eps), grid_bits=2)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 4.0, PureDP(eps), grid_bits=2, split_bits=1)
     sum_loss = _worst(mech, 0.5)[2]
     assert sum_loss > float(eps * SUM_PART) * 1.9
 
 
 def test_sensitivities_hold_on_every_small_neighbour_and_threshold_pair() -> None:
-    """What the ρ form rests on too: |ΔS| ≤ b − a and |ΔC| ≤ 1 for every (a, b)."""
-    mech = TrimmedMean(Fraction(1, 4), 0.0, 4.0, ZCDP(1), grid_bits=2)
+    """What the ρ form rests on too: |ΔS| ≤ b − a and |ΔC| ≤ 1 for every pair of positions
+    (J = 4 splits, up to 3 tied persons); the kept count is never negative."""
+    mech = TrimmedMean(Fraction(1, 4), 0.0, 4.0, ZCDP(1), grid_bits=2, split_bits=2)
+    positions = list(itertools.product(range(5), range(5)))
     for x, y in _neighbours():
         hx, hy = mech.grid_histogram(x), mech.grid_histogram(y)
-        for a, b in itertools.combinations_with_replacement(range(5), 2):
-            sx, cx = kept_sum_and_count(hx, a, b)
-            sy, cy = kept_sum_and_count(hy, a, b)
-            assert abs(sx - sy) <= b - a and abs(cx - cy) <= 1
+        for low, high in itertools.combinations_with_replacement(positions, 2):
+            sx, cx = kept_sum_and_count(hx, low, high, 2)
+            sy, cy = kept_sum_and_count(hy, low, high, 2)
+            assert abs(sx - sy) <= high[0] - low[0] and abs(cx - cy) <= 1 and min(cx, cy) >= 0
 
 
 def test_zcdp_noise_scales_are_the_gaussian_ones() -> None:
@@ -338,10 +357,18 @@ def test_kept_sum_is_exact_in_both_arithmetic_paths() -> None:
     idx = np.array([0, 5, 2**40], dtype=np.int64)
     for counts in ([3, 4, 5], [2**40, 2**40, 2**40]):
         c = np.array(counts, dtype=np.int64)
-        s, n = kept_sum_and_count((idx, c), 0, 2**40)
+        s, n = kept_sum_and_count((idx, c), (0, 0), (2**40, 4096))  # every person kept
         assert n == sum(counts)
         assert s == sum(m * (2 * k - 2**40) for m, k in zip(counts, idx.tolist(), strict=True))
-    assert kept_sum_and_count((idx[:0], idx[:0]), 1, 3) == (0, 0)
+    assert kept_sum_and_count((idx[:0], idx[:0]), (1, 0), (3, 0)) == (0, 0)
+    # inside one tied group: ⌊231·100/256⌋ − ⌊26·100/256⌋ = 90 − 10 of its 100 persons
+    one = (np.array([1]), np.array([100]))
+    assert kept_sum_and_count(one, (1, 26), (1, 231), 8) == (0, 80)
+    assert kept_sum_and_count(one, (1, 26), (2, 0), 8) == (-90, 90)  # 2·1 − 1 − 2 each
+    with pytest.raises(ValueError, match="not ordered splits"):
+        kept_sum_and_count((idx, idx), (3, 0), (1, 0))
+    with pytest.raises(ValueError, match="not ordered splits"):
+        kept_sum_and_count((idx, idx), (1, 0), (3, 4097))
 
 
 def test_wide_bounds_release_finite_values() -> None:

@@ -49,6 +49,11 @@ multiplicities' size so that the far block's bound M·e^(−T) stays below e^(�
 _TAIL_FREE_BITS = 48
 
 
+def tail_for(total_multiplicity: int) -> Fraction:
+    """T for candidates of this total multiplicity (:data:`TAIL`, raised by its bits past 48)."""
+    return TAIL + max(0, total_multiplicity.bit_length() - _TAIL_FREE_BITS)
+
+
 @lru_cache(maxsize=16)
 def _contexts(digits: int) -> tuple[Context, Context, Context]:
     """(nearest, floor, ceiling) contexts at ``digits`` significant digits."""
@@ -151,7 +156,7 @@ def sample_exp_weights(
     qs = tuple(q - shift for q in exponents) if shift else tuple(exponents)
     # T grows with log2 of the total multiplicity, so the far block's upper bound M·e^(−T) is
     # below 2^48·e^(−80) < 10^-20 of the near weight (which holds the q = 0 candidate, ≥ 1)
-    tail = TAIL + max(0, sum(mult).bit_length() - _TAIL_FREE_BITS)
+    tail = tail_for(sum(mult))
     if max(qs) <= tail:
         return _sample_near(rng, qs, mult)
     return _sample_with_far_block(rng, qs, mult, tail)
@@ -203,6 +208,43 @@ def _draw_with_far_block(
             return j
 
 
+def sample_near_or_far(
+    rng: KeyedRng,
+    near: Sequence[Fraction],
+    multiplicities: Sequence[int],
+    far: int,
+    *,
+    far_exponent: Callable[[int], Fraction],
+    tail: Fraction,
+) -> int:
+    """An index t < len(near) with probability ∝ multiplicities[t]·e^(−near[t]), or
+    len(near) + u for one of ``far`` further candidates u with probability ∝
+    e^(−far_exponent(u)) — exactly, for candidates too many to list (``split_quantile``).
+
+    Every near exponent must be in [0, ``tail``] and every far one above it: the far block is
+    drawn as one candidate of exponent ``tail`` and multiplicity ``far``, then a uniform far u
+    is accepted with probability e^(−(q_u − tail)), as :func:`_draw_with_far_block` does, so
+    P(u) ∝ e^(−tail)·e^(−(q_u − tail)) = e^(−q_u). ``far_exponent`` is asked only for the
+    candidates a rejection step tests.
+    """
+    mult = _checked_multiplicities(len(near), multiplicities)
+    if not near or any(not 0 <= q <= tail for q in near):
+        raise ValueError("near exponents must be in [0, tail], and at least one")
+    if far == 0:
+        return _sample_near(rng, tuple(near), mult)
+    qs, ms = (*near, tail), (*mult, far)
+    while True:
+        t = _sample_near(rng, qs, ms)
+        if t < len(near):
+            return t
+        u = rng.randbelow(far)
+        q = far_exponent(u)
+        if q <= tail:
+            raise ValueError(f"far candidate {u} has exponent {q} ≤ tail {tail}")
+        if bernoulli_exp_neg(rng, q - tail):
+            return len(near) + u
+
+
 def sample_exp_weights_of_int_scores(
     rng: KeyedRng, scores: Sequence[int], factor: Fraction, multiplicities: Sequence[int]
 ) -> int:
@@ -224,7 +266,7 @@ def sample_exp_weights_of_int_scores(
         return 0
     top = max(scores)
     gaps = [top - u for u in scores]
-    tail = TAIL + max(0, sum(mult).bit_length() - _TAIL_FREE_BITS)
+    tail = tail_for(sum(mult))
     cut = math.floor(tail / factor)  # g ≤ cut ⇔ factor·g ≤ tail
     if max(gaps) <= cut:
         return _sample_near(rng, tuple(factor * g for g in gaps), mult)

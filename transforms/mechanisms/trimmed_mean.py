@@ -2,20 +2,26 @@
 
 For a trim τ ∈ (0, 1/2) (public), the release
 
-1. draws two grid points of [lower, upper] by the exponential mechanism
-   (:class:`~.exponential_quantile.ExponentialQuantile`): k_lo for the τ-quantile and k_hi for
-   the (1 − τ)-quantile, each with 5/16 of the budget; a = min, b = max of the two;
-2. keeps the persons whose value's grid index k lies in [a, b] and adds integer noise to two
-   integers of them — the count C and the centred sum S = Σ (2k − a − b), in half grid cells —
-   with 9/32 of the budget on S and 3/32 on C;
+1. draws two positions by the exponential mechanism (:class:`~.split_quantile.SplitQuantile`):
+   one for the τ-quantile and one for the (1 − τ)-quantile, each with 5/16 of the budget. A
+   position (k, j) is a grid point k of [lower, upper] and a split j ∈ {0, …, J} of its cell:
+   ⌊j·c_k/J⌋ of the c_k persons at k lie below it, so a threshold can fall *inside* a group of
+   tied persons. The lower position is the smaller draw, (a, j_a), the upper the larger, (b, j_b);
+2. keeps the persons at or above the lower position and below the upper one — every person
+   with grid index strictly between a and b, the c_a − ⌊j_a·c_a/J⌋ highest of those at a, the
+   ⌊j_b·c_b/J⌋ lowest of those at b (when a = b, ⌊j_b·c/J⌋ − ⌊j_a·c/J⌋ of them) — and adds
+   integer noise to two integers of them: the count C and the centred sum S = Σ (2k − a − b),
+   in half grid cells, with 9/32 of the budget on S and 3/32 on C;
 3. releases the grid position (a + b)/2 + S̃ / (2·max(1, C̃)), clamped to [a, b], as a value.
 
 **Guarantee: pure ε-DP under an ε budget, ρ-zCDP under a ρ budget, add/remove one person** (one
 value per person: the job's ``per_person`` reduction). Step 1's two draws are 5ε/16-DP each
-(5ε/16-bounded-range, so (5ε/16)²/8-zCDP; with 5ρ/16 each under ρ). Given (a, b), which step 2 may
-depend on (adaptive composition, Dwork & Roth 2014 Thm. 3.16; Bun & Steinke 2016 Lemma 2.3),
-adding or removing one person's value moves C by at most 1 and S by at most b − a, because
-every kept term 2k − a − b lies in [−(b − a), b − a]. So discrete Laplace noise of scale
+(5ε/16-bounded-range, so (5ε/16)²/8-zCDP; with 5ρ/16 each under ρ). Given the two positions,
+which step 2 depends on (adaptive composition, Dwork & Roth 2014 Thm. 3.16; Bun & Steinke 2016 Lemma 2.3),
+adding or removing one person's value moves C by at most 1 and S by at most b − a: it changes
+the kept number of one grid point k ∈ [a, b] by at most one (at a threshold's point,
+⌊j·(c + 1)/J⌋ − ⌊j·c/J⌋ ∈ {0, 1} as j ≤ J), and every kept term 2k − a − b lies in
+[−(b − a), b − a]. So discrete Laplace noise of scale
 (b − a)/(9ε/32) on S and 1/(3ε/32) on C is 9ε/32- and 3ε/32-DP (Canonne, Kamath & Steinke
 2020, the discrete form of the seed ``calibrating-noise-dmns06.txt``), and discrete Gaussian
 noise of σ² = (b − a)²/(2·9ρ/32) and 1/(2·3ρ/32) is 9ρ/32- and 3ρ/32-zCDP (CKS 2020 Thm. 4).
@@ -30,10 +36,13 @@ moves with n, and that smooth sensitivity is not derived here (``docs/local_sens
 and read the data only through its grid histogram, so the pipeline combines shards as for the
 median (no per-person values on one worker).
 
-What it estimates: the mean of the grid-rounded values lying between the released thresholds —
-close to the classical τ-trimmed mean when the thresholds land near their quantiles (each is off
-by at most the exponential quantile's rank error, stated by ``userdp plan``). Values tied with a
-threshold are all kept. Arithmetic is exact: S̃, C̃ are integers and the position a rational.
+What it estimates: the mean of the grid-rounded values of the persons between the released
+positions — close to the classical τ-trimmed mean when the positions land near their quantiles
+(each is off by at most the exponential quantile's rank error, stated by ``userdp plan``, plus
+c/J persons in a cell of c tied persons). Tied persons are split at a threshold as the classical
+trimmed mean splits them (it drops exactly ⌊τn⌋ of each end; which of the tied persons does not
+matter, their grid values are equal). Arithmetic is exact: S̃, C̃ are integers and the position a
+rational.
 """
 
 from __future__ import annotations
@@ -49,8 +58,9 @@ import numpy.typing as npt
 from .accounting import ZCDP, PureDP, bounded_range_epsilon_within_rho
 from .checks import Rational, positive
 from .discrete import discrete_gaussian, discrete_laplace
-from .exponential_quantile import DEFAULT_GRID_BITS, ExponentialQuantile, GridHistogram
+from .exponential_quantile import DEFAULT_GRID_BITS, GridHistogram
 from .rng import KeyedRng
+from .split_quantile import SPLIT_BITS, Position, SplitQuantile
 
 DEFAULT_TRIM = Fraction(1, 10)
 # The budget split (of ε, or of ρ): each threshold, the centred sum, the count. The thresholds'
@@ -67,11 +77,17 @@ DEFAULT_PARTS = (THRESHOLD_PART, SUM_PART, COUNT_PART)
 class TrimmedRelease(NamedTuple):
     """The release's noisy integers (what the privacy proof is about) and the value from them."""
 
-    low: int  # a: the lower threshold's grid index (the smaller draw)
+    low: int  # a: the lower threshold's grid index (of the smaller position drawn)
     high: int  # b
     noisy_sum: int  # S̃: Σ (2k − a − b) over kept persons, plus noise (exactly S when a = b)
     noisy_count: int  # C̃
     value: float
+    low_split: int  # j_a: ⌊j_a·c_a/J⌋ of the persons at a are below the lower threshold
+    high_split: int  # j_b: ⌊j_b·c_b/J⌋ of the persons at b are below the upper one (kept)
+
+    @property
+    def positions(self) -> tuple[Position, Position]:
+        return (self.low, self.low_split), (self.high, self.high_split)
 
 
 def as_trim(trim: object) -> Fraction:
@@ -89,18 +105,35 @@ def as_trim(trim: object) -> Fraction:
     return t
 
 
-def kept_sum_and_count(histogram: GridHistogram, a: int, b: int) -> tuple[int, int]:
-    """(S, C) of the persons whose grid index is in [a, b]: S = Σ (2k − a − b), exactly."""
-    idx, counts = histogram
-    lo, hi = np.searchsorted(idx, a, "left"), np.searchsorted(idx, b, "right")
-    k, c = idx[lo:hi], counts[lo:hi]
+def kept_sum_and_count(
+    histogram: GridHistogram, low: Position, high: Position, split_bits: int = SPLIT_BITS
+) -> tuple[int, int]:
+    """(S, C) of the persons at or above position ``low`` = (a, j_a) and below ``high`` =
+    (b, j_b), low ≤ high: S = Σ (2k − a − b) over them, exactly (module docstring, step 2)."""
+    (a, ja), (b, jb) = low, high
+    if not (low <= high and min(ja, jb) >= 0 and max(ja, jb) <= 1 << split_bits):
+        raise ValueError(f"positions {low}, {high} are not ordered splits of 2^{split_bits}")
+    idx, counts = np.asarray(histogram[0]), np.asarray(histogram[1])
+
+    def at(k: int) -> int:  # the persons at grid point k
+        i = int(np.searchsorted(idx, k, "left"))
+        return int(counts[i]) if i < len(idx) and int(idx[i]) == k else 0
+
+    if a == b:  # S = 0: every kept term is 2a − a − a
+        tied = at(a)
+        return 0, ((jb * tied) >> split_bits) - ((ja * tied) >> split_bits)
+    kept_a = at(a) - ((ja * at(a)) >> split_bits)
+    kept_b = (jb * at(b)) >> split_bits
+    lo, hi = np.searchsorted(idx, a, "right"), np.searchsorted(idx, b, "left")
+    k, c = idx[lo:hi], counts[lo:hi]  # strictly between a and b: all kept
     count = int(c.sum(dtype=np.int64)) if len(c) else 0
     # Σ c·k in int64 while it cannot overflow (count·k ≤ count·2^40), else in Python integers
     if count and count < (1 << 62) // max(1, int(k[-1]) + 1):
         weighted = int(np.dot(c, k))
     else:
         weighted = sum(int(x) * int(y) for x, y in zip(c.tolist(), k.tolist(), strict=True))
-    return 2 * weighted - (a + b) * count, count
+    inside = 2 * weighted - (a + b) * count
+    return inside + (kept_b - kept_a) * (b - a), count + kept_a + kept_b
 
 
 @dataclass(frozen=True)
@@ -115,6 +148,8 @@ class TrimmedMean:
       lower, upper: public bounds; values are clamped to them and rounded to the grid.
       budget: ``PureDP(ε)`` or ``ZCDP(ρ)``, split as the module's ``*_PART`` constants.
       grid_bits: the thresholds' grid has 2^grid_bits cells of [lower, upper].
+      split_bits: a threshold can split the persons tied at its grid point in J = 2^split_bits
+        ways (:class:`~.split_quantile.SplitQuantile`).
       parts: (each threshold's, the sum's, the count's) share of the budget, adding up to one
         with the threshold's twice; the default is the module's split (benchmarks compare others).
     """
@@ -125,8 +160,8 @@ class TrimmedMean:
     budget: PureDP | ZCDP
     grid_bits: int
     parts: tuple[Fraction, Fraction, Fraction]
-    low_quantile: ExponentialQuantile = field(repr=False)
-    high_quantile: ExponentialQuantile = field(repr=False)
+    low_quantile: SplitQuantile = field(repr=False)
+    high_quantile: SplitQuantile = field(repr=False)
 
     def __init__(
         self,
@@ -137,6 +172,7 @@ class TrimmedMean:
         *,
         grid_bits: int = DEFAULT_GRID_BITS,
         parts: tuple[Rational, Rational, Rational] = DEFAULT_PARTS,
+        split_bits: int = SPLIT_BITS,
     ) -> None:
         tau = as_trim(trim)
         shares = tuple(positive(p, "part", "each part of the split is > 0") for p in parts)
@@ -153,9 +189,11 @@ class TrimmedMean:
                 raise ValueError(f"rho = {float(budget.rho):.3g} is too small to split")
         else:
             eps_q = budget.epsilon * threshold_part
-        low = ExponentialQuantile(tau, lower, upper, eps_q, grid_bits)
-        high = ExponentialQuantile(1 - tau, lower, upper, eps_q, grid_bits)
-        for name, value in (("trim", tau), ("lower", low.lower), ("upper", low.upper),
+        low = SplitQuantile(tau, lower, upper, eps_q, grid_bits=grid_bits, split_bits=split_bits)
+        high = SplitQuantile(
+            1 - tau, lower, upper, eps_q, grid_bits=grid_bits, split_bits=split_bits
+        )
+        for name, value in (("trim", tau), ("lower", low.grid.lower), ("upper", low.grid.upper),
                             ("budget", budget), ("grid_bits", grid_bits), ("parts", shares),
                             ("low_quantile", low), ("high_quantile", high)):  # fmt: skip
             object.__setattr__(self, name, value)
@@ -174,15 +212,20 @@ class TrimmedMean:
 
     @property
     def cells(self) -> int:
-        return self.low_quantile.cells
+        return self.low_quantile.grid.cells
+
+    @property
+    def split_bits(self) -> int:
+        return self.low_quantile.split_bits
 
     @property
     def dense_counts(self) -> bool:
-        return self.low_quantile.dense_counts
+        return self.low_quantile.grid.dense_counts
 
     def grid_histogram(self, values: npt.ArrayLike) -> GridHistogram:
-        """The values' grid histogram, as the median's: all the release reads of the data."""
-        return self.low_quantile.grid_histogram(values)
+        """The values' grid histogram, as the median's: all the release reads of the data (the
+        splits count persons at a grid point; which persons they are does not matter)."""
+        return self.low_quantile.grid.grid_histogram(values)
 
     def grid_position_value(self, position: Fraction) -> float:
         """lower + position·(upper − lower)/G for a rational position in [0, G], correctly
@@ -216,15 +259,16 @@ class TrimmedMean:
     def release_parts(self, histogram: GridHistogram, rng: KeyedRng) -> TrimmedRelease:
         """The release from the values' grid histogram (merged over shards), with its integers."""
         histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
-        k_lo = self.low_quantile.release_index(histogram, rng)
-        k_hi = self.high_quantile.release_index(histogram, rng)
-        a, b = min(k_lo, k_hi), max(k_lo, k_hi)  # post-processing of the two draws
-        s, c = kept_sum_and_count(histogram, a, b)
+        first = self.low_quantile.release_position(histogram, rng)
+        second = self.high_quantile.release_position(histogram, rng)
+        low, high = min(first, second), max(first, second)  # post-processing of the two draws
+        s, c = kept_sum_and_count(histogram, low, high, self.split_bits)
+        (a, _), (b, _) = low, high
         sum_scale, count_scale = self.noise_scales(b - a)
         if b > a:  # a = b: S = 0 on every data set, nothing to hide
             s += self._noise(sum_scale, rng)
         c += self._noise(count_scale, rng)
-        return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c))
+        return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c), low[1], high[1])
 
     def release_histogram(self, histogram: GridHistogram, rng: KeyedRng) -> float:
         return self.release_parts(histogram, rng).value
@@ -235,14 +279,13 @@ class TrimmedMean:
 
     def exact_parts(self, histogram: GridHistogram) -> TrimmedRelease:
         """The statistic without noise (the pipeline's ``noise=False`` test hook): thresholds at
-        the best-scoring grid points, the kept persons' exact mean grid position."""
+        the first best-scoring positions, the kept persons' exact mean grid position."""
         histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
-        self.low_quantile.check_histogram(histogram)
-        a, b = sorted(
-            (self.low_quantile.best_index(histogram), self.high_quantile.best_index(histogram))
-        )
-        s, c = kept_sum_and_count(histogram, a, b)
-        return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c))
+        first = self.low_quantile.best_position(histogram)
+        low, high = sorted((first, self.high_quantile.best_position(histogram)))
+        s, c = kept_sum_and_count(histogram, low, high, self.split_bits)
+        (a, _), (b, _) = low, high
+        return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c), low[1], high[1])
 
     def threshold_values(self, parts: TrimmedRelease) -> tuple[float, float]:
         """The released thresholds as values (grid points a and b): outputs of the two threshold
@@ -269,9 +312,11 @@ class TrimmedMean:
             "trim": str(self.trim),
             "kept": f"values between the private {self.trim} and {1 - self.trim} quantiles",
             "budget_parts": parts,
+            "threshold": "exponential mechanism on (grid point, split of its tied persons)",
             "threshold_epsilon": float(q.epsilon),
             "threshold_epsilon_exact": str(q.epsilon),
             "grid_cells": self.cells,
+            "splits_per_cell": 1 << self.split_bits,
             "noise": noise,
             "sum_sensitivity": "b - a half cells: |2k - a - b| <= b - a for kept k",
         }

@@ -1,0 +1,207 @@
+"""The q-quantile as a position that can split the persons tied in one grid cell: the trimmed
+mean's thresholds.
+
+:class:`~.exponential_quantile.ExponentialQuantile` releases a grid point; every value rounded
+to that point is on neither side of it. A trimmed mean that keeps the persons between two such
+points keeps every person tied with a threshold, so on integer data (row counts per person) it
+cannot drop exactly a share τ of the persons: an error floor more ε does not remove
+(``docs/trimmed_mean.md`` §5). Here a candidate is a **position** (k, j): grid point k and a split
+j ∈ {0, …, J} of its cell (J = 2^split_bits, public), read as "⌊j·c_k/J⌋ of the c_k persons at
+k lie below the position". With n persons and d_k the number whose grid index is below k,
+
+    B(k, j) = d_k + ⌊j·c_k/J⌋      (persons below the position)
+    u(k, j) = −|d·B(k, j) − a·n|   for q = a/d in lowest terms,
+
+which is 0 where the position splits the persons q : (1 − q). The (G + 1)·(J + 1) positions are
+public (G = 2^grid_bits grid cells); the release picks one with probability ∝ exp(ε·u/(2Δ)),
+Δ = max(a, d − a) (McSherry & Talwar 2007; Dwork & Roth 2014, Thm. 3.10).
+
+**Guarantee: pure ε-DP, add/remove one person** (one value per person), and ε-bounded-range,
+hence ε²/8-zCDP (``docs/accounting.md``). Sensitivity: adding one person moves n by one and
+every B(k, j) by 0 or 1 — a person below cell k adds one to d_k; one in cell k moves
+⌊j·c/J⌋ to ⌊j·(c + 1)/J⌋, which is the same or one more because j/J ≤ 1; one above moves
+nothing — so d·B − a·n moves by d − a or −a, at most Δ. Derivation and the brute-force checks
+(every small neighbouring pair, the exact law of the draws): ``docs/trimmed_mean.md`` §2–3,
+``tests/mechanisms/test_split_quantile.py``.
+
+Sampling is exact and reads only the grid histogram. B is nondecreasing along the positions in
+order, so the positions with one value β of B form one run, of score −|d·β − a·n|. The runs
+whose score is within ⌊T/factor⌋ of the best (T the sampler's tail, 80 nats) are listed — about
+2T/(factor·d) of them, a few thousand at most at the usual ε, whatever the person count or J —
+and the rest, the positions before and after them, form one far block drawn by rejection: a
+uniform far position is accepted with probability e^(−(q − T)), q its exponent
+(:func:`~.exponential.sample_near_or_far`). Each run is found by two binary searches.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from .accounting import PureDP
+from .checks import Rational
+from .exponential import exponent_factor, sample_near_or_far, tail_for
+from .exponential_quantile import DEFAULT_GRID_BITS, ExponentialQuantile, GridHistogram
+from .rng import KeyedRng
+
+SPLIT_BITS = 12
+"""J = 2^12 splits per grid cell: a threshold inside a cell of c tied persons lands within
+c/4096 persons of any rank (docs/trimmed_mean.md §5)."""
+MAX_SPLIT_BITS = 24
+
+Position = tuple[int, int]
+"""(grid index k, split j): ⌊j·c_k/J⌋ of the persons at grid point k lie below it."""
+
+
+class _Ranks:
+    """A grid histogram as the function B(f) of the position index f = k·(J + 1) + j.
+
+    Held as Python lists (binary search by :mod:`bisect`): a release asks for a few thousand
+    values of B at most, and a NumPy call per value costs more than the search."""
+
+    def __init__(self, histogram: GridHistogram, cells: int, split_bits: int) -> None:
+        self.idx: list[int] = np.asarray(histogram[0]).tolist()
+        self.counts: list[int] = np.asarray(histogram[1]).tolist()
+        # values below data index i, and (from index 1) up to and including index i − 1
+        self.below_at: list[int] = [0, *itertools.accumulate(self.counts)]
+        self.n: int = self.below_at[-1]
+        self.bits: int = split_bits
+        self.width = (1 << split_bits) + 1  # J + 1 splits per grid point
+        self.size = (cells + 1) * self.width
+
+    def below(self, f: int) -> int:
+        """B(f): persons below position f."""
+        k, j = divmod(f, self.width)
+        i = bisect.bisect_left(self.idx, k)
+        c = self.counts[i] if i < len(self.idx) and self.idx[i] == k else 0
+        return self.below_at[i] + ((j * c) >> self.bits)
+
+    def first_reaching(self, beta: int) -> int:
+        """The first position f with B(f) ≥ beta (``size`` if none): where beta's run starts."""
+        if beta <= 0:
+            return 0
+        if beta > self.n:
+            return self.size
+        # the first data index whose persons up to and including it reach beta; B reaches it
+        # inside that cell, at the least j with d + ⌊j·c/J⌋ ≥ beta, j = ⌈m·J/c⌉ (1 ≤ m ≤ c)
+        i = bisect.bisect_left(self.below_at, beta, 1) - 1
+        c, m = self.counts[i], beta - self.below_at[i]
+        return self.idx[i] * self.width + (-((-m << self.bits) // c))
+
+    def runs(self, start: int, stop: int) -> tuple[list[int], list[int], list[int]]:
+        """(first position, length, B) of the runs of constant B covering [start, stop)."""
+        firsts: list[int] = []
+        lengths: list[int] = []
+        betas: list[int] = []
+        f = start
+        while f < stop:
+            beta = self.below(f)
+            end = min(self.first_reaching(beta + 1), stop)
+            firsts.append(f)
+            lengths.append(end - f)
+            betas.append(beta)
+            f = end
+        return firsts, lengths, betas
+
+
+@dataclass(frozen=True)
+class SplitQuantile:
+    """The q-quantile as a position (grid point, split of its cell) on 2^grid_bits cells.
+
+    Guarantee: pure ε-DP (and ε²/8-zCDP) for adding or removing one person's value; proof in the
+    module docstring (McSherry & Talwar 2007), derivation ``docs/trimmed_mean.md`` §3.
+    """
+
+    q: Fraction
+    epsilon: Fraction
+    split_bits: int
+    grid: ExponentialQuantile = field(repr=False)  # the grid, its rounding and histogram checks
+
+    def __init__(
+        self,
+        q: Rational,
+        lower: float,
+        upper: float,
+        epsilon: Rational,
+        *,
+        grid_bits: int = DEFAULT_GRID_BITS,
+        split_bits: int = SPLIT_BITS,
+    ) -> None:
+        grid = ExponentialQuantile(q, lower, upper, epsilon, grid_bits)
+        if isinstance(split_bits, bool) or not isinstance(split_bits, int):
+            raise TypeError(f"split_bits must be an int, got {split_bits!r}")
+        if not 0 <= split_bits <= MAX_SPLIT_BITS:
+            raise ValueError(f"split_bits must be in [0, {MAX_SPLIT_BITS}], got {split_bits}")
+        for name, value in (("q", grid.q), ("epsilon", grid.epsilon), ("split_bits", split_bits),
+                            ("grid", grid)):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    @property
+    def guarantee(self) -> PureDP:
+        return PureDP(self.epsilon)
+
+    @property
+    def sensitivity(self) -> int:
+        return max(self.q.numerator, self.q.denominator - self.q.numerator)
+
+    @property
+    def positions(self) -> int:
+        """(G + 1)·(J + 1): the number of candidates, for the rank-error bound."""
+        return (self.grid.cells + 1) * ((1 << self.split_bits) + 1)
+
+    def _ranks(self, histogram: GridHistogram) -> _Ranks:
+        self.grid.check_histogram(histogram)
+        return _Ranks(histogram, self.grid.cells, self.split_bits)
+
+    def below(self, histogram: GridHistogram, position: Position) -> int:
+        """B(k, j): the persons below the position (exact, from the histogram)."""
+        ranks = self._ranks(histogram)
+        return ranks.below(position[0] * ranks.width + position[1])
+
+    def _best(self, ranks: _Ranks) -> tuple[int, int]:
+        """(the best |d·β − a·n| over the values β of B, the least such β)."""
+        a, d = self.q.numerator, self.q.denominator
+        f = ranks.first_reaching(-((-a * ranks.n) // d))  # the first β ≥ a·n/d
+        betas = []
+        if f > 0:
+            betas.append(ranks.below(f - 1))  # the last β below it
+        if f < ranks.size:
+            betas.append(ranks.below(f))
+        return min((abs(d * b - a * ranks.n), b) for b in betas)
+
+    def release_position(self, histogram: GridHistogram, rng: KeyedRng) -> Position:
+        """One ε-DP draw of the position from the values' grid histogram."""
+        ranks = self._ranks(histogram)
+        a, d, n = self.q.numerator, self.q.denominator, ranks.n
+        best, _ = self._best(ranks)
+        factor = exponent_factor(self.epsilon, self.sensitivity, False)  # type: ignore[arg-type]  # exact rationals are accepted
+        tail = tail_for(ranks.size)
+        reach = best + math.floor(tail / factor)  # near: |d·β − a·n| − best ≤ ⌊T/factor⌋
+        start = ranks.first_reaching(-((reach - a * n) // d))  # β ≥ (a·n − reach)/d
+        stop = ranks.first_reaching((a * n + reach) // d + 1)  # β ≤ (a·n + reach)/d
+        firsts, lengths, betas = ranks.runs(start, stop)
+        near = [factor * (abs(d * b - a * n) - best) for b in betas]
+
+        def far_exponent(u: int) -> Fraction:
+            f = u if u < start else stop + (u - start)
+            return factor * (abs(d * ranks.below(f) - a * n) - best)
+
+        far = start + (ranks.size - stop)
+        t = sample_near_or_far(rng, near, lengths, far, far_exponent=far_exponent, tail=tail)
+        if t < len(near):
+            f = firsts[t] + rng.randbelow(lengths[t])
+        else:
+            u = t - len(near)
+            f = u if u < start else stop + (u - start)
+        return divmod(f, ranks.width)
+
+    def best_position(self, histogram: GridHistogram) -> Position:
+        """The first position of the best score: the quantile without noise (test hooks)."""
+        ranks = self._ranks(histogram)
+        _, beta = self._best(ranks)
+        return divmod(ranks.first_reaching(beta), ranks.width)
