@@ -25,7 +25,7 @@ from userdp.transforms.mechanisms.trimmed_mean import (
 from .test_split_quantile import naive_below, position_law
 
 SECRET = bytes(range(32))
-PINNED = TrimmedRelease(1403, 2839, -6841, 115, 51.05606742527174, 3616, 24)
+PINNED = TrimmedRelease(1426, 2812, -936, 115, 51.63404381793478, 592, 3865)
 
 
 def naive_exact(mech: TrimmedMean, values: list[float]) -> float:
@@ -154,7 +154,7 @@ def _noise_draws(
     ds, dc, spans = [], [], []
     for i in range(releases):
         r = mech.release_parts(hist, KeyedRng(SECRET, label, i))
-        s, c = kept_sum_and_count(hist, *r.positions)
+        s, c = kept_sum_and_count(hist, *r.positions, mech.split_bits)
         if r.high > r.low:
             ds.append(r.noisy_sum - s)
             spans.append(r.high - r.low)
@@ -215,6 +215,46 @@ def test_thresholds_one_cell_apart_still_noise_the_sum() -> None:
     assert len(ds) == 1000 and set(spans) == {1.0}
     assert np.count_nonzero(ds) > 100
     assert _uniform(ds, _dlaplace(np.full(len(ds), 1 / float(eps * SUM_PART)))) > 1e-3
+
+
+def test_thresholds_two_cells_apart_noise_the_sum_for_a_span_of_two() -> None:
+    """100 values at grid point 3 and 100 at 5: the thresholds' points are (3, 5) in every draw,
+    so b − a = 2 and the sum's noise is DLap(2/(9ε/32)) (KS, failure probability 10^-3, fixed
+    seeds). Noise for a span of one — the off-by-one that halves it — must be rejected."""
+    eps = Fraction(8)
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 8.0, PureDP(eps), grid_bits=3)
+    ds, spans, _ = _noise_draws(mech, [3.0] * 100 + [5.0] * 100, 1000, "two")
+    assert len(ds) == 1000 and set(spans) == {2.0}
+    scale = 2 / float(eps * SUM_PART)
+    assert _uniform(ds, _dlaplace(np.full(len(ds), scale))) > 1e-3
+    assert _uniform(ds, _dlaplace(np.full(len(ds), scale / 2))) < 1e-6
+
+
+def test_equal_thresholds_still_noise_the_count() -> None:
+    """200 values at one grid point, ε = 8: both thresholds fall inside it (a = b), S is 0 without
+    noise,
+    and C̃ − C has the count's law DLap(1/(3ε/32)) (KS, failure probability 10^-3, fixed seeds) —
+    it is part of the release's integers even when the value is the grid point itself."""
+    eps = Fraction(8)  # the empty grid points' positions score ≥ 27 nats below: a = b always
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 8.0, PureDP(eps), grid_bits=3)
+    ds, _, dc = _noise_draws(mech, [3.0] * 200, 600, "same")
+    assert len(ds) == 0 and np.count_nonzero(dc) > 300
+    assert _uniform(dc, _dlaplace(np.full(len(dc), 1 / float(eps * COUNT_PART)))) > 1e-3
+
+
+@pytest.mark.parametrize("split_bits", [0, 2, 16])
+def test_the_release_keeps_the_persons_its_positions_name_at_any_split(split_bits: int) -> None:
+    """At ε = 400 the noise is almost always 0: the released count is the kept count of the drawn
+    positions with the mechanism's own J (not the default's), and the value their mean."""
+    mech = TrimmedMean(Fraction(1, 10), 0.0, 8.0, PureDP(400), grid_bits=3, split_bits=split_bits)
+    values = [1.0] * 40 + [2.0] * 100 + [6.0] * 60
+    hist = mech.grid_histogram(values)
+    exact = 0
+    for i in range(50):
+        r = mech.release_parts(hist, KeyedRng(SECRET, "split", split_bits, i))
+        s, c = kept_sum_and_count(hist, *r.positions, split_bits)
+        exact += (r.noisy_sum, r.noisy_count) == (s, c)
+    assert exact >= 45
 
 
 def test_crossed_threshold_draws_are_sorted() -> None:

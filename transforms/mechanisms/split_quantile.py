@@ -25,12 +25,20 @@ nothing — so d·B − a·n moves by d − a or −a, at most Δ. Derivation an
 ``tests/mechanisms/test_split_quantile.py``.
 
 Sampling is exact and reads only the grid histogram. B is nondecreasing along the positions in
-order, so the positions with one value β of B form one run, of score −|d·β − a·n|. The runs
-whose score is within ⌊T/factor⌋ of the best (T the sampler's tail, 80 nats) are listed — about
-2T/(factor·d) of them, a few thousand at most at the usual ε, whatever the person count or J —
-and the rest, the positions before and after them, form one far block drawn by rejection: a
-uniform far position is accepted with probability e^(−(q − T)), q its exponent
-(:func:`~.exponential.sample_near_or_far`). Each run is found by two binary searches.
+order, so the positions with one value β of B form one run, of exponent
+q = factor·(|d·β − a·n| − best) (factor = ε/(2Δ), best the least |d·β − a·n| over the values B
+takes). The positions whose exponent is at most T (the sampler's tail: 80 nats, raised by the
+positions' bits past 48, :func:`~.exponential.tail_for`) are cut into **blocks** of consecutive
+runs on one side of a·n/d, each spanning at most ``BLOCK_NATS`` of exponent — one run per block
+at large ε, many at small ε, so there are at most about 2T/``BLOCK_NATS`` + 2 of them whatever
+ε, n or J — and the rest, the positions before and after them, are one **far** block.
+:func:`~.exponential.sample_near_or_far` draws a block by its envelope weight
+length·e^(−floor) (floor: the exponent at its end nearer a·n/d, or 0) or a far position by its
+own weight (by rejection from e^(−T)); a uniform position of a drawn block is accepted with
+probability e^(−(q − floor)), else the draw starts again. That is rejection sampling under an
+envelope that is at least the target everywhere, so each position is drawn with probability
+exactly ∝ e^(−q); a round is accepted with probability ≥ e^(−1/2). Each block boundary costs two
+binary searches.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import numpy as np
 
 from .accounting import PureDP
 from .checks import Rational
+from .discrete import bernoulli_exp_neg
 from .exponential import exponent_factor, sample_near_or_far, tail_for
 from .exponential_quantile import DEFAULT_GRID_BITS, ExponentialQuantile, GridHistogram
 from .rng import KeyedRng
@@ -53,6 +62,9 @@ SPLIT_BITS = 12
 """J = 2^12 splits per grid cell: a threshold inside a cell of c tied persons lands within
 c/4096 persons of any rank (docs/trimmed_mean.md §5)."""
 MAX_SPLIT_BITS = 24
+BLOCK_NATS = Fraction(1, 2)
+"""The most a near block's exponents differ by: a uniform position of a block is accepted with
+probability ≥ e^(−1/2), so a draw takes fewer than 1.7 rounds on average."""
 
 Position = tuple[int, int]
 """(grid index k, split j): ⌊j·c_k/J⌋ of the persons at grid point k lie below it."""
@@ -93,20 +105,38 @@ class _Ranks:
         c, m = self.counts[i], beta - self.below_at[i]
         return self.idx[i] * self.width + (-((-m << self.bits) // c))
 
-    def runs(self, start: int, stop: int) -> tuple[list[int], list[int], list[int]]:
-        """(first position, length, B) of the runs of constant B covering [start, stop)."""
-        firsts: list[int] = []
-        lengths: list[int] = []
-        betas: list[int] = []
-        f = start
-        while f < stop:
-            beta = self.below(f)
-            end = min(self.first_reaching(beta + 1), stop)
-            firsts.append(f)
-            lengths.append(end - f)
-            betas.append(beta)
-            f = end
-        return firsts, lengths, betas
+
+@dataclass(frozen=True)
+class _Envelope:
+    """What a draw samples: near blocks of positions, each with a floor under its positions'
+    exponents that is within ``BLOCK_NATS`` of every one of them, and the far positions (before
+    ``start`` and from ``stop`` on), whose exponents all exceed ``tail``.
+
+    A position f's exponent is q(f) = factor·(|d·B(f) − a·n| − best) ≥ 0, best the least
+    |d·β − a·n| over the values β that B takes."""
+
+    ranks: _Ranks
+    a: int
+    d: int
+    factor: Fraction
+    best: int
+    tail: Fraction
+    start: int
+    stop: int
+    firsts: list[int]
+    lengths: list[int]
+    floors: list[Fraction]
+
+    @property
+    def far(self) -> int:
+        return self.start + (self.ranks.size - self.stop)
+
+    def far_position(self, u: int) -> int:
+        """The u-th far position, u < :attr:`far`."""
+        return u if u < self.start else self.stop + (u - self.start)
+
+    def exponent(self, f: int) -> Fraction:
+        return self.factor * (abs(self.d * self.ranks.below(f) - self.a * self.ranks.n) - self.best)
 
 
 @dataclass(frozen=True)
@@ -174,9 +204,8 @@ class SplitQuantile:
             betas.append(ranks.below(f))
         return min((abs(d * b - a * ranks.n), b) for b in betas)
 
-    def release_position(self, histogram: GridHistogram, rng: KeyedRng) -> Position:
-        """One ε-DP draw of the position from the values' grid histogram."""
-        ranks = self._ranks(histogram)
+    def _envelope(self, ranks: _Ranks) -> _Envelope:
+        """The near blocks and far positions of a draw (module docstring, "Sampling")."""
         a, d, n = self.q.numerator, self.q.denominator, ranks.n
         best, _ = self._best(ranks)
         factor = exponent_factor(self.epsilon, self.sensitivity, False)  # type: ignore[arg-type]  # exact rationals are accepted
@@ -184,21 +213,52 @@ class SplitQuantile:
         reach = best + math.floor(tail / factor)  # near: |d·β − a·n| − best ≤ ⌊T/factor⌋
         start = ranks.first_reaching(-((reach - a * n) // d))  # β ≥ (a·n − reach)/d
         stop = ranks.first_reaching((a * n + reach) // d + 1)  # β ≤ (a·n + reach)/d
-        firsts, lengths, betas = ranks.runs(start, stop)
-        near = [factor * (abs(d * b - a * n) - best) for b in betas]
+        # A block is up to `width` consecutive values of B on one side of a·n/d, where |d·β − a·n|
+        # is monotone: its floor is the exponent at the end nearer a·n/d (at least 0, the least
+        # exponent of any position), and its other end is at most factor·d·(width − 1) ≤
+        # BLOCK_NATS above it.
+        split = (a * n) // d  # β ≤ split: d·β ≤ a·n
+        width = max(1, math.floor(BLOCK_NATS / (factor * d)))
+        firsts: list[int] = []
+        lengths: list[int] = []
+        floors: list[Fraction] = []
+        f = start
+        while f < stop:
+            beta = ranks.below(f)
+            last = min(beta + width - 1, split) if beta <= split else beta + width - 1
+            nearest = last if beta <= split else beta
+            end = min(ranks.first_reaching(last + 1), stop)
+            firsts.append(f)
+            lengths.append(end - f)
+            floors.append(max(Fraction(0), factor * (abs(d * nearest - a * n) - best)))
+            f = end
+        return _Envelope(ranks, a, d, factor, best, tail, start, stop, firsts, lengths, floors)
 
-        def far_exponent(u: int) -> Fraction:
-            f = u if u < start else stop + (u - start)
-            return factor * (abs(d * ranks.below(f) - a * n) - best)
-
-        far = start + (ranks.size - stop)
-        t = sample_near_or_far(rng, near, lengths, far, far_exponent=far_exponent, tail=tail)
-        if t < len(near):
-            f = firsts[t] + rng.randbelow(lengths[t])
-        else:
-            u = t - len(near)
-            f = u if u < start else stop + (u - start)
-        return divmod(f, ranks.width)
+    def release_position(self, histogram: GridHistogram, rng: KeyedRng) -> Position:
+        """One ε-DP draw of the position from the values' grid histogram: a block by its
+        envelope weight (length·e^(−floor)), or a far position by its exact weight
+        (:func:`~.exponential.sample_near_or_far`); a uniform position of a block is accepted with
+        probability e^(−(q − floor)), else the draw starts again. Each position f is then drawn
+        with probability ∝ e^(−q(f)), exactly (rejection sampling under an envelope ≥ it)."""
+        env = self._envelope(self._ranks(histogram))
+        near = len(env.floors)
+        while True:
+            t = sample_near_or_far(
+                rng,
+                env.floors,
+                env.lengths,
+                env.far,
+                far_exponent=lambda u: env.exponent(env.far_position(u)),
+                tail=env.tail,
+            )
+            if t >= near:
+                f = env.far_position(t - near)
+                break
+            f = env.firsts[t] + rng.randbelow(env.lengths[t])
+            excess = env.exponent(f) - env.floors[t]
+            if excess == 0 or bernoulli_exp_neg(rng, excess):
+                break
+        return divmod(f, env.ranks.width)
 
     def best_position(self, histogram: GridHistogram) -> Position:
         """The first position of the best score: the quantile without noise (test hooks)."""

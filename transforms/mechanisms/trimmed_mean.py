@@ -17,14 +17,14 @@ For a trim τ ∈ (0, 1/2) (public), the release
 **Guarantee: pure ε-DP under an ε budget, ρ-zCDP under a ρ budget, add/remove one person** (one
 value per person: the job's ``per_person`` reduction). Step 1's two draws are 5ε/16-DP each
 (5ε/16-bounded-range, so (5ε/16)²/8-zCDP; with 5ρ/16 each under ρ). Given the two positions,
-which step 2 depends on (adaptive composition, Dwork & Roth 2014 Thm. 3.16; Bun & Steinke 2016 Lemma 2.3),
-adding or removing one person's value moves C by at most 1 and S by at most b − a: it changes
-the kept number of one grid point k ∈ [a, b] by at most one (at a threshold's point,
+which step 2 depends on (adaptive composition, Dwork & Roth 2014 Thm. 3.16; Bun & Steinke 2016
+Lemma 2.3), adding or removing one person's value moves C by at most 1 and S by at most b − a:
+it changes the kept number of one grid point k ∈ [a, b] by at most one (at a threshold's point,
 ⌊j·(c + 1)/J⌋ − ⌊j·c/J⌋ ∈ {0, 1} as j ≤ J), and every kept term 2k − a − b lies in
-[−(b − a), b − a]. So discrete Laplace noise of scale
-(b − a)/(9ε/32) on S and 1/(3ε/32) on C is 9ε/32- and 3ε/32-DP (Canonne, Kamath & Steinke
-2020, the discrete form of the seed ``calibrating-noise-dmns06.txt``), and discrete Gaussian
-noise of σ² = (b − a)²/(2·9ρ/32) and 1/(2·3ρ/32) is 9ρ/32- and 3ρ/32-zCDP (CKS 2020 Thm. 4).
+[−(b − a), b − a]. So discrete Laplace noise of scale (b − a)/(9ε/32) on S and 1/(3ε/32) on C
+is 9ε/32- and 3ε/32-DP (Canonne, Kamath & Steinke 2020, the discrete form of the seed
+``calibrating-noise-dmns06.txt``), and discrete Gaussian noise of σ² = (b − a)²/(2·9ρ/32) and
+1/(2·3ρ/32) is 9ρ/32- and 3ρ/32-zCDP (CKS 2020 Thm. 4).
 The parts add up to ε (or ρ); step 3 is post-processing. When a = b, S is 0 on every data set:
 no noise on it, and the release is that grid point. Derivation, and the brute-force check of the
 whole mechanism's privacy loss on small inputs: ``docs/trimmed_mean.md``,
