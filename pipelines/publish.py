@@ -76,37 +76,43 @@ def _make_dirs(directory: str) -> list[str]:
     return missing[::-1]
 
 
-def _remove_dirs(created: list[str]) -> None:
-    for d in reversed(created):
-        try:
-            os.rmdir(d)
-        except FileNotFoundError:
-            continue  # already removed (a concurrent launcher): its parent may still be ours
-        except OSError:
-            return  # not empty any more: someone else uses it
-
-
 PROBE_ATTEMPTS = 50
 
 
+def _probe_directory(directory: str) -> str:
+    """Where the write probe goes: ``directory`` when it exists, else (a local path) its nearest
+    existing ancestor. Whoever may create files there may create the missing directories, so
+    probing there proves as much — and creates no directory that another launcher probing at
+    once could remove under this one's feet, or that a removal could leave behind."""
+    if not is_local_path(directory):
+        return directory  # object stores have no directories: the probe names the path itself
+    d = os.path.abspath(directory)
+    while not os.path.lexists(d):
+        d = os.path.dirname(d)
+    return d
+
+
 def probe_writable(directory: str, what: str) -> None:
-    """Proves that files can be created in ``directory`` (creating and removing a probe file),
-    and leaves no trace: directories it had to create are removed again.
+    """Proves that files can be created in ``directory`` (or, when it does not exist yet, in its
+    nearest existing ancestor, where it can then be made) by creating and removing a probe file
+    of its own name, and leaves no trace: it creates no directory.
 
     Launchers may probe the same new directory at once (scheduled runs sharing a dead-letter or
-    release parent): each uses its own probe file, and one whose directory another launcher
-    removed meanwhile (``FileNotFoundError``) tries again after a random pause of up to 10 ms
-    (launchers in step would keep removing each other's directory: five plain retries failed
-    under a loaded machine), ``PROBE_ATTEMPTS`` times in all."""
+    release parent). An earlier probe created the missing directories and removed them again,
+    so concurrent launchers removed each other's directories (failing legitimate runs with
+    exit 2, or, as Beam's ``create`` re-made a removed directory, leaving it behind: four
+    launchers left one in each of 10 trials). A probe that still loses its directory (removed
+    by someone else, ``FileNotFoundError``) tries again after a random pause of up to 10 ms,
+    ``PROBE_ATTEMPTS`` times in all."""
     try:
         FileSystems.get_filesystem(directory)
     except Exception:  # ValueError: no such scheme; BeamIOError: its library is missing
         raise OutputLocationError(no_filesystem(what, directory)) from None
     for attempt in range(PROBE_ATTEMPTS):
-        created: list[str] = []
         try:  # join too: a scheme no Beam filesystem serves raises there (exit 2, not a "bug")
-            probe = FileSystems.join(directory, f"{_PROBE}-{secrets.token_hex(6)}")
-            created = _make_dirs(directory)
+            probe = FileSystems.join(
+                _probe_directory(directory), f"{_PROBE}-{secrets.token_hex(6)}"
+            )
             with FileSystems.create(probe) as f:
                 f.write(b"")
             FileSystems.delete([probe])
@@ -120,8 +126,6 @@ def probe_writable(directory: str, what: str) -> None:
                 "directory (not under a regular file), that it exists or can be created, and "
                 "that this user may write to it"
             ) from None
-        finally:
-            _remove_dirs(created)
 
 
 def _vanished(e: BaseException) -> bool:
