@@ -28,6 +28,8 @@ one score) is the same call with the multiplicities m_i set to the interval size
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -189,23 +191,24 @@ def _draw_with_far_block(
     mult: Sequence[int],
     tail: Fraction,
 ) -> int:
-    """The loop of :func:`_sample_with_far_block` on a precomputed split: ``near`` (q_i ≤ T) and
-    ``far`` (q_i > T). ``exponent(i)`` gives q_i; it is asked for every near candidate and, of
-    the far ones, only for the candidate a rejection step tests."""
-    far_mult = sum(mult[i] for i in far)
-    near_qs = (*(exponent(i) for i in near), tail)
-    near_mult = (*(mult[i] for i in near), far_mult)
-    while True:
-        t = _sample_near(rng, near_qs, near_mult)
-        if t < len(near):
-            return near[t]
-        u = rng.randbelow(far_mult)  # a far candidate, by multiplicity
-        for j in far:
-            if u < mult[j]:
-                break
-            u -= mult[j]
-        if bernoulli_exp_neg(rng, exponent(j) - tail):
-            return j
+    """:func:`sample_near_or_far` over a precomputed split: ``near`` (q_i ≤ T) and ``far``
+    (q_i > T), candidate indices with multiplicities; a far draw u (by multiplicity) is the far
+    candidate whose multiplicities cover it. ``exponent(i)`` gives q_i; it is asked for every
+    near candidate and, of the far ones, only for the candidates a rejection step tests."""
+    ends = list(itertools.accumulate(mult[i] for i in far))  # far draws below each end
+
+    def far_candidate(u: int) -> int:
+        return far[bisect.bisect_right(ends, u)]
+
+    t = sample_near_or_far(
+        rng,
+        [exponent(i) for i in near],
+        [mult[i] for i in near],
+        ends[-1] if ends else 0,
+        far_exponent=lambda u: exponent(far_candidate(u)),
+        tail=tail,
+    )
+    return near[t] if t < len(near) else far_candidate(t - len(near))
 
 
 def sample_near_or_far(
@@ -223,7 +226,7 @@ def sample_near_or_far(
 
     Every near exponent must be in [0, ``tail``] and every far one above it: the far block is
     drawn as one candidate of exponent ``tail`` and multiplicity ``far``, then a uniform far u
-    is accepted with probability e^(−(q_u − tail)), as :func:`_draw_with_far_block` does, so
+    is accepted with probability e^(−(q_u − tail)), so
     P(u) ∝ e^(−tail)·e^(−(q_u − tail)) = e^(−q_u). ``far_exponent`` is asked only for the
     candidates a rejection step tests.
     """

@@ -70,7 +70,7 @@ Position = tuple[int, int]
 """(grid index k, split j): ⌊j·c_k/J⌋ of the persons at grid point k lie below it."""
 
 
-class _Ranks:
+class Ranks:
     """A grid histogram as the function B(f) of the position index f = k·(J + 1) + j.
 
     Held as Python lists (binary search by :mod:`bisect`): a release asks for a few thousand
@@ -115,7 +115,7 @@ class _Envelope:
     A position f's exponent is q(f) = factor·(|d·B(f) − a·n| − best) ≥ 0, best the least
     |d·β − a·n| over the values β that B takes."""
 
-    ranks: _Ranks
+    ranks: Ranks
     a: int
     d: int
     factor: Fraction
@@ -184,16 +184,13 @@ class SplitQuantile:
         """(G + 1)·(J + 1): the number of candidates, for the rank-error bound."""
         return (self.grid.cells + 1) * ((1 << self.split_bits) + 1)
 
-    def _ranks(self, histogram: GridHistogram) -> _Ranks:
+    def ranks(self, histogram: GridHistogram) -> Ranks:
+        """The histogram, checked, as B(f): one serves every draw from it (both of a trimmed
+        mean's thresholds share the grid and J)."""
         self.grid.check_histogram(histogram)
-        return _Ranks(histogram, self.grid.cells, self.split_bits)
+        return Ranks(histogram, self.grid.cells, self.split_bits)
 
-    def below(self, histogram: GridHistogram, position: Position) -> int:
-        """B(k, j): the persons below the position (exact, from the histogram)."""
-        ranks = self._ranks(histogram)
-        return ranks.below(position[0] * ranks.width + position[1])
-
-    def _best(self, ranks: _Ranks) -> tuple[int, int]:
+    def _best(self, ranks: Ranks) -> tuple[int, int]:
         """(the best |d·β − a·n| over the values β of B, the least such β)."""
         a, d = self.q.numerator, self.q.denominator
         f = ranks.first_reaching(-((-a * ranks.n) // d))  # the first β ≥ a·n/d
@@ -204,7 +201,7 @@ class SplitQuantile:
             betas.append(ranks.below(f))
         return min((abs(d * b - a * ranks.n), b) for b in betas)
 
-    def _envelope(self, ranks: _Ranks) -> _Envelope:
+    def _envelope(self, ranks: Ranks) -> _Envelope:
         """The near blocks and far positions of a draw (module docstring, "Sampling")."""
         a, d, n = self.q.numerator, self.q.denominator, ranks.n
         best, _ = self._best(ranks)
@@ -235,12 +232,16 @@ class SplitQuantile:
         return _Envelope(ranks, a, d, factor, best, tail, start, stop, firsts, lengths, floors)
 
     def release_position(self, histogram: GridHistogram, rng: KeyedRng) -> Position:
-        """One ε-DP draw of the position from the values' grid histogram: a block by its
+        """One ε-DP draw of the position from the values' grid histogram (:meth:`draw`)."""
+        return self.draw(self.ranks(histogram), rng)
+
+    def draw(self, ranks: Ranks, rng: KeyedRng) -> Position:
+        """One ε-DP draw of the position from :meth:`ranks` of the histogram: a block by its
         envelope weight (length·e^(−floor)), or a far position by its exact weight
         (:func:`~.exponential.sample_near_or_far`); a uniform position of a block is accepted with
         probability e^(−(q − floor)), else the draw starts again. Each position f is then drawn
         with probability ∝ e^(−q(f)), exactly (rejection sampling under an envelope ≥ it)."""
-        env = self._envelope(self._ranks(histogram))
+        env = self._envelope(ranks)
         near = len(env.floors)
         while True:
             t = sample_near_or_far(
@@ -262,6 +263,9 @@ class SplitQuantile:
 
     def best_position(self, histogram: GridHistogram) -> Position:
         """The first position of the best score: the quantile without noise (test hooks)."""
-        ranks = self._ranks(histogram)
+        return self.best(self.ranks(histogram))
+
+    def best(self, ranks: Ranks) -> Position:
+        """:meth:`best_position` from :meth:`ranks` of the histogram."""
         _, beta = self._best(ranks)
         return divmod(ranks.first_reaching(beta), ranks.width)

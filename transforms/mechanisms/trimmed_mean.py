@@ -122,7 +122,8 @@ def kept_sum_and_count(
     if a == b:  # S = 0: every kept term is 2a − a − a
         tied = at(a)
         return 0, ((jb * tied) >> split_bits) - ((ja * tied) >> split_bits)
-    kept_a = at(a) - ((ja * at(a)) >> split_bits)
+    at_a = at(a)
+    kept_a = at_a - ((ja * at_a) >> split_bits)
     kept_b = (jb * at(b)) >> split_bits
     lo, hi = np.searchsorted(idx, a, "right"), np.searchsorted(idx, b, "left")
     k, c = idx[lo:hi], counts[lo:hi]  # strictly between a and b: all kept
@@ -259,8 +260,9 @@ class TrimmedMean:
     def release_parts(self, histogram: GridHistogram, rng: KeyedRng) -> TrimmedRelease:
         """The release from the values' grid histogram (merged over shards), with its integers."""
         histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
-        first = self.low_quantile.release_position(histogram, rng)
-        second = self.high_quantile.release_position(histogram, rng)
+        ranks = self.low_quantile.ranks(histogram)  # the histogram checked once, for both draws
+        first = self.low_quantile.draw(ranks, rng)
+        second = self.high_quantile.draw(ranks, rng)
         low, high = min(first, second), max(first, second)  # post-processing of the two draws
         s, c = kept_sum_and_count(histogram, low, high, self.split_bits)
         (a, _), (b, _) = low, high
@@ -281,8 +283,8 @@ class TrimmedMean:
         """The statistic without noise (the pipeline's ``noise=False`` test hook): thresholds at
         the first best-scoring positions, the kept persons' exact mean grid position."""
         histogram = (np.asarray(histogram[0]), np.asarray(histogram[1]))
-        first = self.low_quantile.best_position(histogram)
-        low, high = sorted((first, self.high_quantile.best_position(histogram)))
+        ranks = self.low_quantile.ranks(histogram)
+        low, high = sorted((self.low_quantile.best(ranks), self.high_quantile.best(ranks)))
         s, c = kept_sum_and_count(histogram, low, high, self.split_bits)
         (a, _), (b, _) = low, high
         return TrimmedRelease(a, b, s, c, self.value_of(a, b, s, c), low[1], high[1])
