@@ -30,6 +30,7 @@ completes it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -62,18 +63,14 @@ def is_local_path(directory: str) -> bool:
     return "://" not in directory
 
 
-def _make_dirs(directory: str) -> list[str]:
-    """Creates a local directory and its missing parents; returns those it created, deepest last.
-    Object stores have no directories: nothing to create."""
-    if not is_local_path(directory):
-        return []
-    missing = []
-    d = os.path.abspath(directory)
-    while not os.path.exists(d):
-        missing.append(d)
-        d = os.path.dirname(d)
-    os.makedirs(directory, exist_ok=True)
-    return missing[::-1]
+def _make_dirs(directory: str) -> None:
+    """Creates a local directory and its missing parents (object stores have no directories).
+
+    Parents made for a run stay after it, as ``mkdir -p`` leaves them: removing them again on a
+    failed run would race with a concurrent launcher that found them and is about to make its
+    own staging directory inside (the race :func:`probe_writable` avoids by making none)."""
+    if is_local_path(directory):
+        os.makedirs(directory, exist_ok=True)
 
 
 PROBE_ATTEMPTS = 50
@@ -87,15 +84,32 @@ def _probe_directory(directory: str) -> str:
     if not is_local_path(directory):
         return directory  # object stores have no directories: the probe names the path itself
     d = os.path.abspath(directory)
+    missing = []
     while not os.path.lexists(d):
-        d = os.path.dirname(d)
+        d, name = os.path.split(d)
+        missing.append(name)
+    _check_names(d, missing)
     return d
+
+
+def _check_names(existing: str, missing: Sequence[str]) -> None:
+    """Refuses a missing component whose name the filesystem of ``existing`` cannot hold (longer
+    than its ``NAME_MAX``, 255 bytes on most): the probe, written in ``existing``, would pass, and
+    the run would fail only where the directory is made — after the charge."""
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return  # no limit known here: the directory's creation reports it
+    for name in missing:
+        if len(os.fsencode(name)) > limit:
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
 
 
 def probe_writable(directory: str, what: str) -> None:
     """Proves that files can be created in ``directory`` (or, when it does not exist yet, in its
     nearest existing ancestor, where it can then be made) by creating and removing a probe file
-    of its own name, and leaves no trace: it creates no directory.
+    of its own name, and leaves no trace: it creates no directory. The names it would have to
+    create are checked against the filesystem's limit there (:func:`_check_names`).
 
     Launchers may probe the same new directory at once (scheduled runs sharing a dead-letter or
     release parent). An earlier probe created the missing directories and removed them again,
@@ -154,7 +168,6 @@ class Staging:
 
     output: str  # the release directory
     path: str  # the staging directory
-    created: tuple[str, ...] = ()  # local directories made for it (removed with it)
     lock: int | None = field(default=None, compare=False)  # fd holding its flock (local only)
 
     @classmethod
@@ -174,18 +187,17 @@ class Staging:
         staging = FileSystems.join(parent, f"{_staging_prefix(name)}{secrets.token_hex(6)}")
         try:
             if private and is_local_path(staging):  # owner-only from its first instant
-                created = _make_dirs(FileSystems.split(staging)[0])
+                _make_dirs(FileSystems.split(staging)[0])
                 os.mkdir(staging, 0o700)
                 os.chmod(staging, 0o700)  # exact, whatever the umask
-                created.append(os.path.abspath(staging))
             else:
-                created = _make_dirs(staging)
+                _make_dirs(staging)
             lock = _hold(staging) if is_local_path(staging) else None
         except Exception as e:
             raise OutputLocationError(
                 f"the staging directory {staging!r} cannot be created ({_reason(e)})"
             ) from None
-        return cls(output, staging, tuple(created), lock)
+        return cls(output, staging, lock)
 
     def staged(self, filename: str) -> str:
         return FileSystems.join(self.path, filename)

@@ -105,6 +105,18 @@ def test_a_path_under_a_regular_file_is_refused(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
+def test_a_missing_directory_whose_name_is_too_long_is_refused(tmp_path: Path) -> None:
+    """The probe is written in the existing ancestor, so it would pass; the directory could then
+    not be made — after the charge. Its name is checked against the filesystem's limit."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    ok = tmp_path / ("a" * limit) / "rejected"
+    probe_writable(str(ok), "input.dead_letter")  # at the limit: fine
+    too_long = tmp_path / "ops" / ("é" * (limit // 2 + 1)) / "rejected"  # > limit in bytes
+    with pytest.raises(OutputLocationError, match=r"input.dead_letter .* \(File name too long\)"):
+        probe_writable(str(too_long), "input.dead_letter")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("path", ["gcs://bucket/release", "foo://host/x", "hdfs://nn/release"])
 def test_a_scheme_no_installed_filesystem_serves_is_an_output_location_error(path: str) -> None:
     """Was exit 1 ("a bug in userdp"): FileSystems.join raised before the probe's try."""
