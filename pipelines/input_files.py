@@ -319,11 +319,22 @@ def _all_present(present: list[str], names: list[str], path: str, *, shown: bool
     listed = ", ".join(map(repr, present[:30])) + (
         f" … ({len(present)} in all)" * (len(present) > 30)
     )
-    near = difflib.get_close_matches(missing[0], present, n=1)
+    near = _closest(missing[0], present)
     raise SchemaError(
         f"input file {path}: column {missing[0]!r} (named in the job file) is missing; the file's "
         f"columns are {listed or '(none)'}" + (f" — did you mean {near[0]!r}?" if near else "")
     )
+
+
+def _closest(name: str, present: list[str]) -> list[str]:
+    """The file's column a misspelt ``name`` most likely meant: one it abbreviates (``dur`` →
+    ``duration_s``, the closest such by length) before the closest spelling, which would rank
+    ``url`` above ``duration_s`` for ``dur``."""
+    low = name.lower()
+    prefixed = [p for p in present if p.lower().startswith(low)] if low else []
+    if prefixed:
+        return [min(prefixed, key=len)]
+    return difflib.get_close_matches(name, present, n=1)
 
 
 def _check(path: str, column: str, kind: str, family: str) -> None:

@@ -121,6 +121,18 @@ def test_missing_column(tmp_path: Path, fmt: str) -> None:
         inspect_inputs(str(tmp_path / f"x.{fmt}"), fmt, COLUMNS)
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("dur", "duration_s"), ("Dom", "domain"), ("duraton_s", "duration_s"), ("zzz", None)],
+)
+def test_the_suggested_column_prefers_one_the_name_abbreviates(
+    name: str, meant: str | None
+) -> None:
+    """``dur`` is closer to ``url`` by spelling; the column it abbreviates is what was meant."""
+    present = ["person_id", "url", "duration_s", "domain", "duration_s_total"]
+    assert input_files._closest(name, present) == ([meant] if meant else [])
+
+
 def test_a_csv_without_its_header_never_shows_its_first_row(tmp_path: Path) -> None:
     """A first line naming none of the job's columns may be a person's row: never echoed."""
     secret = "alice.smith@example.com"
