@@ -56,6 +56,7 @@ from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
 from .mechanisms.trimmed_mean import TrimmedMean
 from .per_person import ReducePerPerson
+from .rank_window import GatherQuantileWindow
 
 F64 = npt.NDArray[np.float64]
 PerPersonMechanism = (
@@ -207,12 +208,18 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
                 | "Release" >> beam.Map(self._from_histogram)  # {value, released}
             )
             return out
-        out = (
-            shards
-            | "ReducePerPerson" >> self._per_person  # np.ndarray per shard: one value per person
-            | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())  # one array, all persons
-            | "Release" >> beam.Map(self._release)  # {value, released}
-        )
+        values = shards | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
+        m = self._mechanism
+        gathered: PCollection[Any]
+        if isinstance(m, SmoothQuantile):
+            # only the order statistics the release reads: the window around the rank, found
+            # by histograms (the release on them is the release on all values, bit for bit)
+            gathered = values | "GatherWindow" >> GatherQuantileWindow(
+                m.q, m.beta, m.lower, m.upper
+            )
+        else:
+            gathered = values | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())
+        out = gathered | "Release" >> beam.Map(self._release)  # {value, released}
         return out
 
 

@@ -41,6 +41,7 @@ from userdp.transforms.mechanisms.accounting import (
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
+from userdp.transforms.mechanisms.quantile_window import window_bound
 from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
     LaplaceNoise,
@@ -51,6 +52,7 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
 from userdp.transforms.mechanisms.split_quantile import SplitQuantile
 from userdp.transforms.mechanisms.stability import StableTopPartition
 from userdp.transforms.mechanisms.trimmed_mean import TrimmedMean
+from userdp.transforms.rank_window import BUCKETS, LEVELS
 
 if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
     from userdp.transforms.local_sensitivity import PerPersonMechanism
@@ -322,6 +324,8 @@ class PerPersonPlan:
                     "whatever the person count)"
                 )
             return "the distinct grid points on one worker (16 bytes each, up to one per person)"
+        if isinstance(m, SmoothQuantile):
+            return _window_text(m)
         return "every per-person value on one worker (8 bytes per person)"
 
     def plan_lines(self) -> list[str]:
@@ -350,6 +354,25 @@ class PerPersonPlan:
         br = is_bounded_range(m)
         guarantee = _guarantee_line(self.share, self.guarantee, self.zcdp_delta, bounded_range=br)
         return [*lines, guarantee]
+
+
+WINDOW_TEXT_LIMIT = 10**9  # a window bound past this is "every value" for any real log
+
+
+def _window_text(m: SmoothQuantile) -> str:
+    """The smooth-sensitivity quantile's releasing worker: the window of order statistics its
+    release reads (transforms/rank_window.py), bounded by β and q alone."""
+    bound = window_bound(m.q, m.beta)
+    if bound > WINDOW_TEXT_LIMIT:  # q = a/b with a huge b: no values can be dropped
+        return (
+            f"every per-person value on one worker (8 bytes per person): q = {m.q} has "
+            f"denominator {m.q.denominator:,}, so no value can be left out; a q with a small "
+            "denominator (0.25, 0.9) keeps a window of the values"
+        )
+    return (
+        f"at most {bound:,} per-person values around the rank on one worker (8 bytes each, "
+        f"whatever the person count), found by {LEVELS} histograms of {BUCKETS:,} counts"
+    )
 
 
 @dataclass(frozen=True)
