@@ -9,6 +9,7 @@ pipeline and its guarantees: :mod:`.shifted_inverse_release`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -25,7 +26,14 @@ from .columns import PERSON_COLUMN
 I64 = npt.NDArray[np.int64]
 Key = tuple[Any, ...]
 Shape = Literal["totals", "values", "pairs", "rows"]
-_HALF = 20  # fixed-point sums are added as two halves of ≤ 20 and ≤ 21 bits (exact in float64)
+FREE_SUM_BITS = 60
+"""Row values of the bound-free sums (shifted inverse, ``bound = "auto"``) are summed in units of
+2^q with limit/2^q ≤ 2^60. Their limit is huge by default (D = 2^40, or 2^30 for the auto bound),
+so the 40 bits of the bounded aggregates (whose limit is the user's bound) left a unit of 2 at
+D = 2^40: every row of 1.0 rounded to 0 (ties to even). At 60 bits the unit is 2^−19 there and
+2^−29 for the auto bound's default range [1, 2^30]: whole numbers and halves are exact, and a
+row of any other value is off by at most half a unit (2^−20 ≈ 10^−6 at D = 2^40)."""
+_LIMB = 20  # fixed-point sums are added in three limbs of 20 bits (each sum exact in float64)
 
 
 @dataclass(frozen=True)
@@ -104,19 +112,42 @@ def _partition_codes(table: pa.Table, by: tuple[str, ...]) -> tuple[I64, list[Ke
     return inverse.reshape(-1).astype(np.int64), keys
 
 
+def free_sum_quantum(limit: float) -> int:
+    """q for row values in [0, limit] summed in units of 2^q: limit/2^q ≤ 2^FREE_SUM_BITS."""
+    return math.frexp(limit)[1] - FREE_SUM_BITS if limit > 0 else 0
+
+
 def _quanta(v: npt.NDArray[np.float64], q: int) -> I64:
-    """round(v/2^q), ties to even: exact for v in [0, limit], limit/2^q ≤ 2^40."""
+    """round(v/2^q), ties to even: exact for v in [0, limit], limit/2^q ≤ 2^60 < 2^63."""
     out: I64 = np.rint(np.ldexp(v, -q)).astype(np.int64)
     return out
 
 
 def _group_sums(group: I64, x: I64, size: int) -> npt.NDArray[Any]:
-    """Σ x per group, exactly (x in [0, 2^41]): int64, or Python ints if int64 could overflow."""
-    lo = np.bincount(group, weights=(x & ((1 << _HALF) - 1)).astype(np.float64), minlength=size)
-    hi = np.bincount(group, weights=(x >> _HALF).astype(np.float64), minlength=size)
-    if size == 0 or (hi.max() < 2.0**42 and lo.max() < 2.0**52):
-        return (hi.astype(np.int64) << _HALF) + lo.astype(np.int64)
-    return np.array([(int(h) << _HALF) + int(v) for h, v in zip(hi, lo, strict=True)], object)
+    """Σ x per group, exactly (x in [0, 2^60]): int64, or Python ints if int64 could overflow.
+
+    Each of the three 20-bit limbs is summed by ``bincount`` in float64, exact while a group has
+    fewer than 2^33 rows; the limbs are recombined in int64 when the total stays below 2^62."""
+    mask = (1 << _LIMB) - 1
+    limbs = [
+        np.bincount(group, weights=((x >> shift) & mask).astype(np.float64), minlength=size)
+        for shift in (0, _LIMB, 2 * _LIMB)
+    ]
+    if (
+        size == 0
+        or sum(float(limb.max()) * 2.0 ** (i * _LIMB) for i, limb in enumerate(limbs)) < 2.0**62
+    ):
+        out = limbs[0].astype(np.int64)
+        for i in (1, 2):
+            out += limbs[i].astype(np.int64) << (i * _LIMB)
+        return out
+    return np.array(
+        [
+            int(a) + (int(b) << _LIMB) + (int(c) << 2 * _LIMB)
+            for a, b, c in zip(*limbs, strict=True)
+        ],
+        object,
+    )
 
 
 def _public_rows(table: pa.Table, spec: Contributions) -> pa.Table:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
+from userdp.transforms.shifted_inverse_contributions import free_sum_quantum
 
 from ..config import QueryConfig
 from ..config_fields import MISSING, finite_float, parse_shares
@@ -156,7 +157,7 @@ class AutoBoundKind:
         e_min, e_max = o["exponents"]
         try:
             eps_choice, eps, rho = auto_bound_parts(ctx.share, L, o["auto_share"], query.noise)
-            quantum = e_max - SUM_OCTAVES if query.metric == "sum" else 0
+            quantum = free_sum_quantum(2.0**e_max) if query.metric == "sum" else 0
             choice = clamp_choice(eps_choice, (e_min, e_max), quantum)
             _check_top_noise(choice.sensitivity(len(choice.candidates) - 1), eps, rho)
         except ValueError as e:

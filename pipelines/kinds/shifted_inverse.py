@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
 from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
-from userdp.transforms.params import quantum_exponent
+from userdp.transforms.shifted_inverse_contributions import free_sum_quantum
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, finite_float, parse_by, parse_partitions, parse_shares
@@ -267,8 +267,8 @@ def expand_query(
 
 
 def _quantum(p: ShiftedInverseParams) -> int:
-    """The fixed-point exponent q for values in [0, upper]: upper/2^q < 2^40."""
-    return quantum_exponent(0.0, float(p.output_grid.upper))
+    """The fixed-point exponent q for values in [0, upper]: upper/2^q ≤ 2^60 (``FREE_SUM_BITS``)."""
+    return free_sum_quantum(float(p.output_grid.upper))
 
 
 KIND = ShiftedInverseKind()

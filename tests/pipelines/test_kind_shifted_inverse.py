@@ -15,11 +15,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.beam_collect import run_and_collect
 from tests.stats_helpers import TEST_SECRET
 from userdp.pipelines import kinds
 from userdp.pipelines.cli import main
@@ -29,6 +31,8 @@ from userdp.pipelines.job import run_release
 from userdp.pipelines.kinds.shifted_inverse_plan import AutoBoundPlan, ShiftedInversePlan
 from userdp.pipelines.plan import plan_release
 from userdp.pipelines.plan_text import print_plan
+from userdp.transforms import Budget, Max, Sum, Total
+from userdp.transforms import shifted_inverse_contributions as contributions
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
 from userdp.transforms.mechanisms.auto_bound import ClampChoiceParams
 from userdp.transforms.mechanisms.rng import ReleaseKey
@@ -43,6 +47,7 @@ from userdp.transforms.noisy_combine import canonical_key_string
 from userdp.transforms.shifted_inverse_combiners import ClampStats, GatherRows, TopTotals, TopValues
 from userdp.transforms.shifted_inverse_contributions import Contributions, shard_contributions
 from userdp.transforms.shifted_inverse_release import AutoBoundQuery
+from userdp.transforms.testing import exact_release
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shifted_inverse_job.toml"
 SI = "userdp.pipelines.kinds.shifted_inverse"
@@ -386,6 +391,50 @@ def test_contributions_depend_on_each_persons_rows_only() -> None:
     # a: 1 + 0 + 3 + 3 (inf → limit, −2 → 0) = 7 → 28 quarters; b: 4 → 16; c: 3 → 12
 
 
+def test_fixed_point_sums_are_exact_up_to_2_to_the_60_in_any_grouping() -> None:
+    """Row quanta up to 2^60 (the bound-free sums' range), summed per group in three limbs:
+    the Python-int sums, in int64 while they fit and as Python ints past 2^62."""
+    gen = np.random.default_rng(8)
+    for top, rows, groups in ((2**20, 5000, 7), (2**60, 5000, 300), (2**60, 64, 2)):
+        x = gen.integers(0, top, rows, dtype=np.int64, endpoint=True)
+        group = gen.integers(0, groups, rows, dtype=np.int64)
+        got = contributions._group_sums(group, x, groups)
+        want = [sum(int(v) for v in x[group == g].tolist()) for g in range(groups)]
+        assert [int(v) for v in got.tolist()] == want
+        assert got.dtype == (object if max(want) >= 2**62 else np.int64)
+
+
+@pytest.mark.parametrize(
+    ("values", "total"),
+    [([1.0] * 2000, 2000.0), ([5.0, 7.0, 1.0], 13.0), ([0.5] * 8, 4.0), ([0.01] * 1000, 10.0)],
+)
+def test_bound_free_sums_keep_small_values_at_the_default_upper(
+    values: list[float], total: float
+) -> None:
+    """At D = 2^40 the 40-bit fixed point had a unit of 2: rows of 1.0 (and 0.5) rounded to 0
+    half to even and a Total of 2,000 ones released 0. In units of 2^−19 they are exact, and a
+    decimal is off by at most half a unit per row. Noise off; one row per person."""
+    rows = [{"u": f"p{i}", "items": v} for i, v in enumerate(values)]
+    release = exact_release(Budget(epsilon=10))
+
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        people = p | beam.Create(rows) | release.ByPerson("u", keys={}, values=["items"])
+        return {
+            "total": people | "t" >> Total(value="items", epsilon=2),
+            "max": people | "m" >> Max(value="items", per_person="sum", epsilon=2),
+            "auto": people | "a" >> Sum(value="items", bound="auto", epsilon=2),
+        }
+
+    out = run_and_collect(build)
+    half_unit = len(values) * 2.0**-20
+    assert abs(out["total"][0].value - total) <= half_unit
+    assert abs(out["max"][0].value - max(values)) <= 2.0**-20
+    if all((v * 2**19).is_integer() for v in values):  # whole units: no rounding at all
+        assert out["total"][0].value == total
+    (auto,) = out["auto"]  # the clamped sum at its chosen bound (units of 2^−29 by default)
+    assert abs(auto.value - sum(min(v, auto.bound) for v in values)) <= len(values) * 2.0**-30
+
+
 def test_misuse_of_the_beam_parameters_is_refused() -> None:
     with pytest.raises(ValueError, match="count takes no value column"):
         Contributions("totals", "count", "v")
@@ -467,7 +516,7 @@ def test_noise_off_releases_the_exact_statistics(logs: Path, tmp_path: Path) -> 
     durations = table.column("duration_s").to_numpy()
     counts = by_person(table, "duration_s", "count")
     assert rows["t"] == [{"value": float(table.num_rows)}]
-    quantum = Fraction(1, 2**16)  # values in [0, 2^23] are summed in units of 2^(24 − 40)
+    quantum = Fraction(1, 2**36)  # values in [0, 2^23] are summed in units of 2^(24 − 60)
     fixed = sum(round(Fraction(v) / quantum) for v in durations.tolist()) * quantum
     assert fixed < 2**23 and rows["dur"] == [{"value": float(fixed)}]
     assert rows["dur"][0]["value"] == pytest.approx(float(np.sum(durations)), rel=1e-9)
