@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -180,12 +181,14 @@ class Validator:
         below_one: bool = False,
         hint: str = "",
     ) -> Fraction | None:
-        """An exact decimal (a float's shortest repr as a Fraction); ``hint`` says what it is
-        (default: a budget's)."""
+        """An exact decimal (a float's shortest repr as a Fraction; an int, Fraction or finite
+        ``Decimal`` as it is); ``hint`` says what it is (default: a budget's)."""
         x = t.get(key.rsplit(".", 1)[-1], MISSING)
         if x is MISSING:
             return None
         f = Fraction(repr(x)) if isinstance(x, float) and math.isfinite(x) else x
+        if isinstance(x, Decimal) and x.is_finite():  # the library's exact decimals, as they are
+            f = Fraction(x)
         ok = is_num(f) and not isinstance(f, float)
         if ok and positive and not f > 0:
             ok = False

@@ -9,7 +9,7 @@ messages that name the transform.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +40,14 @@ def key_tuples(keys: Iterable[Any]) -> tuple[tuple[Any, ...], ...]:
         raise TypeError(
             f"public_partitions must be a list of keys, got {type(keys).__name__} {keys!r}"
         )
+    keys = list(keys)
+    for i, k in enumerate(keys):  # a dict or Row raised "unhashable type" from dict.fromkeys
+        if isinstance(k, Mapping) or hasattr(k, "as_dict"):  # beam.Row has as_dict
+            raise TypeError(
+                f"public_partitions[{i}] is a {type(k).__name__}: a key is the value of the one "
+                "by column, or a tuple of the by columns' values in by order, e.g. "
+                "('FR', 0) for by = ['country', 'day']"
+            )
     out = tuple(  # a list is a key of several columns too ([["x", 1]]: unhashable before)
         tuple(plain_param(v) for v in k) if isinstance(k, (tuple, list)) else (plain_param(k),)
         for k in keys

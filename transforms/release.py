@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -60,14 +61,15 @@ class Budget:
     (ρ-zCDP, plus an optional ``delta`` spent only by private partition selection).
 
     The same keys and rules as a job file's ``[budget]`` table; numbers are exact decimals
-    (``0.1`` is 1/10, not the nearest binary float).
+    (``0.1`` is 1/10, not the nearest binary float); ``Fraction`` and ``Decimal`` are taken as
+    they are.
     """
 
     def __init__(
         self,
-        epsilon: float | Fraction | None = None,
-        delta: float | Fraction | None = None,
-        rho: float | Fraction | None = None,
+        epsilon: float | Fraction | Decimal | None = None,
+        delta: float | Fraction | Decimal | None = None,
+        rho: float | Fraction | Decimal | None = None,
     ) -> None:
         from userdp.pipelines.config import parse_budget_table  # noqa: PLC0415
 
@@ -163,7 +165,7 @@ class Release:
         person: str,
         *,
         keys: Mapping[str, str] | None = None,
-        values: tuple[str, ...] | list[str] = (),
+        values: Sequence[str] = (),
         person_type: str = "string",
         num_shards: int | None = None,
     ) -> ByPerson:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pickle
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import apache_beam as beam
@@ -221,6 +222,15 @@ def test_a_delta_share_without_a_delta_total_names_the_budget_not_a_job_file_key
     ):
         people = by_person(p | beam.Create(ROWS), exact_release(epsilon=1))
         _ = people | "visits" >> count(epsilon=0.5, delta=1e-7)
+
+
+def test_budgets_take_exact_decimals_as_they_are() -> None:
+    """``Decimal`` is the exact decimal a budget is documented to be; it was refused with a
+    message that said "budgets are exact decimals". A non-finite one is still refused."""
+    budget = dp.Budget(epsilon=Decimal("0.1"), delta=Decimal("1e-6"))
+    assert budget.guarantee() == dp.Budget(epsilon=0.1, delta=1e-6).guarantee()
+    with pytest.raises(ConfigError, match=r"budget\.epsilon = Decimal\('NaN'\): expected a finite"):
+        dp.Budget(epsilon=Decimal("NaN"))
 
 
 def test_aggregate_takes_no_share_of_its_own() -> None:

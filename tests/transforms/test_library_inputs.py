@@ -317,6 +317,11 @@ def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
             _ = people | "pcoll" >> count(public_partitions=p | "keys" >> beam.Create(["x"]))
         with pytest.raises(TypeError, match="a list of keys, got str 'x'"):
             _ = people | "str" >> count(public_partitions="x")
+        for i, key in enumerate(({"k": "x"}, beam.Row(k="x"))):  # was "unhashable type: 'dict'"
+            with pytest.raises(
+                TypeError, match=r"public_partitions\[0\] is a (dict|Row): a key is"
+            ):
+                _ = people | f"mapping {i}" >> count(public_partitions=[key])
         with pytest.raises(ValueError, match=r"'int'\): public_partitions: key 2, column 'k'"):
             _ = people | "int" >> count(public_partitions=["x", 3])
         with pytest.raises(ValueError, match=r"Median.*public_partitions is for the metrics that"):
