@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, Budget, PureDP, compose
+from userdp.transforms.mechanisms.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    PureDP,
+    compose,
+    float_up,
+)
 from userdp.transforms.mechanisms.budget_split import BudgetExceededError, split_budget
 
 from .config import ConfigError, JobConfig, QueryConfig
@@ -52,18 +59,22 @@ class ReleasePlan:
     def to_manifest(self) -> dict[str, Any]:
         """Public facts only: the config, the plan, the mechanisms; nothing from the data."""
         extra = {}
+        total, spent = self.total.to_manifest(), self.spent.to_manifest()
         if isinstance(self.total, ZCDP):
-            extra = {
+            extra = {  # the same δ as total/spent's "delta", kept under their first names
                 "total_selection_delta": exact_number(self.total_selection_delta),
                 "spent_selection_delta": exact_number(self.spent_selection_delta),
             }
+            if self.total_selection_delta:  # δ-approximate ρ-zCDP (docs/accounting.md), as the
+                total = {**total, **_delta(self.total_selection_delta)}  # ledger's "zcdp" kind
+                spent = {**spent, **_delta(self.spent_selection_delta)}
         return {
             "userdp_version": userdp_version(),
             # changes whenever released values can change (pipelines/version.py)
             "userdp_code": userdp_code_digest(),
             "config_hash": self.config_hash,
-            "total": self.total.to_manifest(),
-            "spent": self.spent.to_manifest(),
+            "total": total,
+            "spent": spent,
             **extra,
             # the rule of pipelines/kinds/aggregate_plan.py (_own_split) and shared_selection.py
             "selection_rule": "a query with private partitions gives its selection 1/(k+1) of "
@@ -76,6 +87,12 @@ class ReleasePlan:
             "selections": [s.to_manifest() for s in self.selections],
             **({"privacy_unit": privacy_unit(*self.person)} if self.person else {}),
         }
+
+
+def _delta(delta: Fraction) -> dict[str, float | str]:
+    """A zCDP total's δ beside ρ (private selection, the (ε, δ) mechanisms), as the accounting
+    objects write theirs: the float rounded up, and the exact value."""
+    return {"delta": float_up(delta), "delta_exact": str(delta)}
 
 
 def privacy_unit(column: str, person_type: str) -> dict[str, str]:

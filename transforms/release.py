@@ -58,7 +58,9 @@ def _exact(x: object) -> object:
 
 class Budget:
     """A privacy budget: ``epsilon`` (pure ε-DP), ``epsilon`` + ``delta`` ((ε, δ)-DP), or ``rho``
-    (ρ-zCDP, plus an optional ``delta`` spent only by private partition selection).
+    (ρ-zCDP, plus an optional ``delta`` spent beside ρ by private partition selection and the
+    (ε, δ) mechanisms — PTR, top partition, smooth sensitivity's Laplace noise: δ-approximate
+    ρ-zCDP, docs/accounting.md).
 
     The same keys and rules as a job file's ``[budget]`` table; numbers are exact decimals
     (``0.1`` is 1/10, not the nearest binary float); ``Fraction`` and ``Decimal`` are taken as
@@ -270,7 +272,8 @@ class Release:
 
     @property
     def spent(self) -> Guarantee | None:
-        """What the transforms applied so far spend together (basic composition); None if none."""
+        """What the transforms applied so far spend together (basic composition); None if none.
+        Under a ρ total this is ρ; the δ spent beside it is the manifest's ``spent["delta"]``."""
         shares = [r.plan.share for r in self._state.queries.values()]
         return compose(*shares) if shares else None
 

@@ -86,8 +86,13 @@ def test_the_manifest_books_every_delta_spent_beside_rho() -> None:
         _ = people | "ptr" >> TRANSFORMS["ptr_mean"](Fraction(3, 10**7))
         _ = people | "top" >> TRANSFORMS["top_partition"](Fraction(3, 10**7))
         _ = people | "visits" >> TRANSFORMS["private_count"](Fraction(4, 10**7))
-    spent = release.manifest()["spent_selection_delta"]
+    manifest = release.manifest()
+    spent = manifest["spent_selection_delta"]
     assert Fraction(spent["exact"]) == Fraction(10, 10**7)
+    # the guarantee itself says so: δ-approximate ρ-zCDP, total and spent (it held ρ only)
+    assert Fraction(manifest["spent"]["delta_exact"]) == Fraction(10, 10**7)
+    assert manifest["spent"]["kind"] == manifest["total"]["kind"] == "zcdp"
+    assert Fraction(manifest["total"]["delta_exact"]) == release.budget.config.delta
 
 
 @pytest.mark.parametrize(
