@@ -386,7 +386,15 @@ class SampleAggregate(_Metric):
     """Any Python function on person chunks, privately aggregated (sample-and-aggregate; pure ε,
     or ρ-zCDP under a ρ total: Gaussian mean, bounded-range median; docs/sample_aggregate.md).
     ``function``: a callable that pickles (checked when the transform is made) or an import path
-    ``"module:function"``."""
+    ``"module:function"``.
+
+    The function receives one chunk of whole persons: a ``pyarrow.Table`` with ``__person__``
+    (the canonical person id) and the columns its ``ByPerson`` declares, sorted by every column
+    (a pandas DataFrame with ``input="pandas"``). It returns a float, or ``dimension`` floats
+    (a list, tuple or 1-D array). If it raises, or returns NaN, ±inf or the wrong shape, the
+    chunk answers the midpoint of ``range`` — silently, under ``exact_release`` too (which
+    chunks failed depends on the data, so it is never reported), and its prints, warnings and
+    logs are dropped. Try the function on a table of your own before a release."""
 
     metric = "sample_aggregate"
 

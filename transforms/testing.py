@@ -26,8 +26,11 @@ With noise off: every partition holding a person is released (private selection 
 counts, sums and means are the bounded values, order statistics return the q-quantile of the
 per-person values as the core defines it, x_(⌈q·n⌉) of the n sorted values (for an even n
 the median is the *lower* middle value, where the exponential mechanism's most likely answers
-lie anywhere between the two middle values), and ``stddev`` still states the noise a real
-release would add. Everything else —
+lie anywhere between the two middle values), a trimmed mean is the mean between the exact
+quantiles *on its grid* (values rounded to the nearest of 2^``grid_bits`` points of the bounds:
+assert it with a tolerance of one grid step, not ``equal_to``), a sample-and-aggregate chunk
+whose function fails answers the range's midpoint as in a real release, and ``stddev`` still
+states the noise a real release would add. Everything else —
 validation, dead letters, the budget's booking and its misuse errors — is what a real release
 does.
 
