@@ -124,3 +124,61 @@ def test_a_mean_whose_noisy_row_count_is_huge_releases_instead_of_crashing(
         result = run_release(cfg, release_key=ReleaseKey(bytes([seed]) * 32), num_shards=1)
         [row] = pq.read_table(result.outputs["m"]).to_pylist()
         assert 0.0 <= row["value"] <= 1.0 and 0.0 <= row["stddev"] <= 0.5
+
+
+EVERY_KIND = [
+    {"name": "visits", "metric": "count", "by": ["domain"], "max_partitions_per_person": 3,
+     "max_rows_per_partition": 3},
+    {"name": "mean", "metric": "mean", "by": ["domain"], "value": "duration_s",
+     "bounds": [0.0, 600.0], "max_partitions_per_person": 3, "max_rows_per_partition": 3},
+    {"name": "med", "metric": "median", "per_person": "mean", "value": "duration_s",
+     "bounds": [0.0, 600.0]},
+    {"name": "smooth", "metric": "quantile", "q": 0.9, "method": "smooth_sensitivity",
+     "per_person": "sum", "value": "duration_s", "bounds": [0.0, 3000.0]},
+    {"name": "trim", "metric": "trimmed_mean", "per_person": "mean", "value": "duration_s",
+     "bounds": [0.0, 600.0]},
+    {"name": "ptr", "metric": "ptr_mean", "per_person": "count", "bounds": [0.0, 50.0],
+     "bound": 0.5},
+    {"name": "ladder", "metric": "ptr_median", "per_person": "mean", "value": "duration_s",
+     "bounds": [0.0, 600.0]},
+    {"name": "top", "metric": "top_partition", "by": ["domain"]},
+    {"name": "rows", "metric": "total"},
+    {"name": "seconds", "metric": "total", "value": "duration_s", "upper": 2**20},
+    {"name": "urls", "metric": "distinct", "value": "url", "upper": 2**20},
+    {"name": "auto", "metric": "sum", "value": "duration_s", "bound": "auto"},
+    {"name": "p90", "metric": "sample_aggregate",
+     "function": "userdp.pipelines.example_functions:visit_duration_p90",
+     "columns": ["duration_s"], "range": [0.0, 1000.0], "chunks": 20, "aggregator": "median"},
+]  # fmt: skip
+
+
+def test_noisy_outputs_do_not_depend_on_row_order_files_or_shards(tmp_path: Path) -> None:
+    """The person-shard count follows the input's size (pipelines/release_graph.py), which one
+    person changes; so no released byte may depend on it, nor on how rows are ordered or split
+    into files — with the noise on, for every kind, including those that gather per-person
+    values, windows or chunks on one worker."""
+    from userdp.pipelines.generate import generate  # noqa: PLC0415
+
+    (tmp_path / "a").mkdir()
+    generate(400, str(tmp_path / "a" / "logs.parquet"), seed=21)
+    table = pq.read_table(tmp_path / "a" / "logs.parquet")
+    (tmp_path / "b").mkdir()
+    flipped = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
+    third = table.num_rows // 3
+    for i, start in enumerate((0, third, 2 * third)):
+        stop = table.num_rows if i == 2 else start + third
+        pq.write_table(flipped.slice(start, stop - start), tmp_path / "b" / f"part{i}.parquet")
+
+    def run(data: str, shards: int) -> dict[str, bytes]:
+        cfg = parse_job({
+            "input": {"path": str(tmp_path / data / "*.parquet"), "person": "person_id"},
+            "budget": {"epsilon": 26.0, "delta": 1e-5},
+            "output": {"path": str(tmp_path / f"out-{data}-{shards}")},
+            "queries": EVERY_KIND,
+        })  # fmt: skip
+        result = run_release(cfg, release_key=KEY, num_shards=shards)
+        return {n: Path(p).read_bytes() for n, p in result.outputs.items()}
+
+    first = run("a", 3)
+    assert len(first) == len(EVERY_KIND)
+    assert run("b", 7) == first
