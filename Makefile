@@ -62,6 +62,7 @@ bench: $(STAMP)
 	-$(PY) benchmarks/auto_bound.py  # exits 1 while a target is missed (docs/accuracy.md)
 	$(PY) benchmarks/auto_bound_plot.py  # redraws docs/images/auto-bound.png (same bytes if nothing changed)
 	$(PY) benchmarks/local_sensitivity.py
+	$(PY) benchmarks/smooth_window.py
 	$(PY) benchmarks/sample_aggregate.py
 	$(PY) benchmarks/library.py  # PipelineDP row: add --pipelinedp-python PATH
 	$(PY) benchmarks/accuracy.py  # PipelineDP rows: add --pipelinedp-python PATH

@@ -170,3 +170,17 @@ def test_the_median_histogram_benchmark_releases_one_value_both_ways(
         assert values == 8 * int(r[1].replace(",", ""))
         if r[0] == "counts":  # ~600 distinct indices against 8 bytes per person
             assert histogram * 10 < values
+
+
+def test_the_smooth_window_benchmark_releases_one_value_both_ways(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """benchmarks/smooth_window.py: every value and the window release the same value in every
+    row, and the window keeps the same few values at 3,000 and 30,000 persons."""
+    load_benchmark("smooth_window").main(["--persons", "3000,30000"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [r for r in rows if r and r[0] in ("1/2", "9/10")]
+    assert len(rows) == 12 and all(r[-1] == "True" for r in rows)
+    for r in rows:  # q family persons | bytes peak s | bytes values peak s | same
+        assert int(r[4].replace(",", "")) == 8 * int(r[2].replace(",", ""))
+        assert int(r[9].replace(",", "")) == (148 if r[0] == "1/2" else 1320)

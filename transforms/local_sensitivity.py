@@ -1,4 +1,4 @@
-"""Beam final combines for the local-sensitivity mechanisms: gather everything, release once.
+"""Beam final combines for the local-sensitivity mechanisms: gather what the release reads, once.
 
 Smooth sensitivity, propose-test-release and the stability-based release are not additive: each
 needs the whole multiset of per-person values (or the person count of every partition) in one
@@ -8,11 +8,15 @@ place. So the steps are
    reduction per person shard, from the release's one keyed shuffle by person), or the distinct
    persons of each partition per shard, summed over shards;
 2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
-   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design).
-   The exponential-mechanism quantile (the default median) reads its data only through a
+   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design) for
+   PTR and the ladder. The smooth-sensitivity quantile reads only a window of order statistics
+   around its rank (``docs/local_sensitivity.md`` §4), so it gathers that window
+   (:class:`~.rank_window.GatherQuantileWindow`: three histogram passes, then the window's
+   values; their number follows β and q, not the person count). The exponential-mechanism
+   quantile (the default median) and the trimmed mean read their data only through a
    histogram of grid indices, so each shard sends its histogram and the combine adds them
    (:mod:`.grid_histogram`: one int64 count per grid point, 8.4 MB at the default grid,
-   whatever the person count); the others need the values themselves;
+   whatever the person count);
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
    the query's noise key, ``key.rng("value")``.
 
@@ -20,10 +24,6 @@ Guarantee: the wrapped mechanism's (pure ε, (ε, δ) or ρ-zCDP, stated in its 
 ``docs/local_sensitivity.md``) for add/remove one person — the per-person reduction turns a person
 into exactly one value, and a person moves each partition's person count by at most one. Nothing
 else computed from the data leaves these transforms.
-
-The median's smooth sensitivity depends only on values near the median
-(``docs/local_sensitivity.md`` §4), which would allow gathering a window instead of everything;
-that is not implemented — the memory limit above is the documented choice.
 
 Empty input still gives one row: ``CombineGlobally`` emits its default (no values, no partitions)
 and the mechanism releases from the empty data set (a noisy ``lower`` for a quantile, ⊥ for the

@@ -1,0 +1,131 @@
+"""What the smooth-sensitivity quantile's releasing worker holds: every value vs its window.
+
+The release reads only the order statistics within a window of ranks around the quantile
+(``transforms/mechanisms/quantile_window.py``, docs/local_sensitivity.md §4), found by three
+levels of histograms (``transforms/rank_window.py``). This script runs both paths as the
+pipeline wires them, on the same per-person values split into 64 shards (the CombineFns driven
+as a runner drives them: an accumulator per bundle of shards, then their merge), each followed by
+the release, and prints per person count:
+
+* the values the releasing worker gathers (all of them, 8 bytes each; or the window's distinct
+  values with their counts, 16 bytes each, plus three histograms of 2^16 counts);
+* the peak memory of the combines and the release together, above their inputs (``tracemalloc``);
+* the seconds of each path (the window's: its four passes over the shards, summed on one core);
+* that both release the same value from the same keyed stream.
+
+Three families (seeded NumPy data, not noise): ``continuous`` (lognormal per-person mean
+durations on [0, 600]), ``counts`` (Zipf(2) row counts: heavy ties), ``crowded`` (values within
+10^−9 of 300: the buckets cannot split them until the last level). The median and the 0.9
+quantile with Cauchy noise at ε = 1 (β ≈ 0.1).
+
+Usage: python benchmarks/smooth_window.py [--persons 100000,1000000,10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from userdp.transforms import rank_window as rw
+from userdp.transforms.local_sensitivity import ConcatenateValues
+from userdp.transforms.mechanisms.quantile_window import QuantileWindow
+from userdp.transforms.mechanisms.rng import KeyedRng
+from userdp.transforms.mechanisms.smooth_sensitivity import SmoothQuantile, make_smooth_noise
+
+SECRET = bytes(range(32))
+SHARDS = 64
+LO, HI = 0.0, 600.0
+
+
+def family(name: str, persons: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    if name == "continuous":
+        return np.clip(rng.lognormal(4.0, 1.0, persons), LO, HI)
+    if name == "counts":
+        return np.clip(rng.zipf(2.0, persons), LO, HI).astype(np.float64)
+    return 300.0 + rng.uniform(0, 1e-9, persons)
+
+
+def combine(fn: Any, shards: list[Any], per_shard: Callable[[Any], Any] = lambda s: s) -> Any:
+    """The CombineFn as a runner drives it: one accumulator per bundle (four), each shard's
+    input made when it is added (as a worker maps a shard and adds it), then the merge."""
+    accs = []
+    for group in np.array_split(np.arange(len(shards)), 4):
+        acc = fn.create_accumulator()
+        for i in group:
+            acc = fn.add_input(acc, per_shard(shards[i]))
+        accs.append(acc)
+    return fn.extract_output(fn.merge_accumulators(accs))
+
+
+def window_path(shards: list[np.ndarray], mech: SmoothQuantile) -> tuple[Any, np.ndarray]:
+    """``GatherQuantileWindow``'s steps: level-0 histogram, two refinements, the distinct values."""
+    whole = rw.Narrowing(1, 0, 0, (), LO, HI)
+    counts = combine(rw.SumCounts(rw.BUCKETS), shards, whole.histogram)
+    window = QuantileWindow.for_release(int(counts.sum()), mech.q, mech.beta)
+    nw = rw.Narrowing.start(window, LO, HI).refine(counts)
+    for _ in range(1, rw.LEVELS):
+        nw = nw.refine(combine(rw.SumCounts(rw.BUCKETS), shards, nw.histogram))
+    pairs = combine(rw.MergeDistinct(), shards, lambda s: rw._selected_distinct(s, nw))
+    return pairs, nw.window_values(*pairs)
+
+
+def timed(f: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = f()
+    return time.perf_counter() - start, out
+
+
+def peak_bytes(f: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    f()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak - base
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--persons", default="100000,1000000,10000000")
+    args = parser.parse_args(argv)
+    noise = make_smooth_noise("cauchy", epsilon=1.0)
+    print(f"Cauchy noise at ε = 1 (β = {noise.beta:.4f}), {SHARDS} person shards (MB = 10^6 B)\n")
+    print(
+        f"{'q':<4} {'family':<11} {'persons':>11} | {'all: bytes':>12} {'peak MB':>8} {'s':>6} | "
+        f"{'window: bytes':>13} {'values':>7} {'peak MB':>8} {'s':>6} | same value"
+    )
+    for q in (Fraction(1, 2), Fraction(9, 10)):
+        mech = SmoothQuantile(q, LO, HI, noise)
+        for name in ("continuous", "counts", "crowded"):
+            for persons in (int(float(p)) for p in args.persons.split(",")):
+                shards = np.array_split(family(name, persons), SHARDS)
+                label = ("smooth", str(q), name, str(persons))
+
+                def gather(s: list[Any] = shards, lab: tuple[str, ...] = label) -> Any:
+                    values = combine(ConcatenateValues(), s)
+                    return values, mech.release(values, KeyedRng(SECRET, *lab))
+
+                def window(s: list[Any] = shards, lab: tuple[str, ...] = label) -> Any:
+                    pairs, kept = window_path(s, mech)
+                    return pairs, kept, mech.release(kept, KeyedRng(SECRET, *lab))
+
+                t_all, (values, old) = timed(gather)
+                t_win, (pairs, kept, new) = timed(window)
+                held = pairs[0].nbytes + pairs[1].nbytes + rw.LEVELS * rw.BUCKETS * 8
+                print(
+                    f"{str(q):<4} {name:<11} {persons:>11,} | {values.nbytes:>12,} "
+                    f"{peak_bytes(gather) / 1e6:>8.1f} {t_all:>6.2f} | {held:>13,} "
+                    f"{len(kept):>7,} {peak_bytes(window) / 1e6:>8.1f} {t_win:>6.2f} | "
+                    f"{old == new}"
+                )
+
+
+if __name__ == "__main__":
+    main()
