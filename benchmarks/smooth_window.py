@@ -108,19 +108,23 @@ def main(argv: list[str] | None = None) -> None:
                 shards = np.array_split(family(name, persons), SHARDS)
                 label = ("smooth", str(q), name, str(persons))
 
-                def gather(s: list[Any] = shards, lab: tuple[str, ...] = label) -> Any:
+                def gather(
+                    s: list[Any] = shards, lab: tuple[str, ...] = label, m: Any = mech
+                ) -> Any:
                     values = combine(ConcatenateValues(), s)
-                    return values, mech.release(values, KeyedRng(SECRET, *lab))
+                    return values, m.release(values, KeyedRng(SECRET, *lab))
 
-                def window(s: list[Any] = shards, lab: tuple[str, ...] = label) -> Any:
-                    pairs, kept = window_path(s, mech)
-                    return pairs, kept, mech.release(kept, KeyedRng(SECRET, *lab))
+                def window(
+                    s: list[Any] = shards, lab: tuple[str, ...] = label, m: Any = mech
+                ) -> Any:
+                    pairs, kept = window_path(s, m)
+                    return pairs, kept, m.release(kept, KeyedRng(SECRET, *lab))
 
                 t_all, (values, old) = timed(gather)
                 t_win, (pairs, kept, new) = timed(window)
                 held = pairs[0].nbytes + pairs[1].nbytes + rw.LEVELS * rw.BUCKETS * 8
                 print(
-                    f"{str(q):<4} {name:<11} {persons:>11,} | {values.nbytes:>12,} "
+                    f"{q!s:<4} {name:<11} {persons:>11,} | {values.nbytes:>12,} "
                     f"{peak_bytes(gather) / 1e6:>8.1f} {t_all:>6.2f} | {held:>13,} "
                     f"{len(kept):>7,} {peak_bytes(window) / 1e6:>8.1f} {t_win:>6.2f} | "
                     f"{old == new}"
