@@ -37,6 +37,20 @@ def quantum_exponent(lower: float, upper: float) -> int:
     return math.frexp(m)[1] - VALUE_BITS
 
 
+FREE_SUM_BITS = 60
+"""Row values of the bound-free sums (shifted inverse, ``bound = "auto"``) are summed in units of
+2^q with limit/2^q ≤ 2^60. Their limit is huge by default (D = 2^40, or 2^30 for the auto bound),
+so the 40 bits of the bounded aggregates (whose limit is the user's bound) left a unit of 2 at
+D = 2^40: every row of 1.0 rounded to 0 (ties to even). At 60 bits the unit is 2^−19 there and
+2^−29 for the auto bound's default range [1, 2^30]: whole numbers and halves are exact, and a
+row of any other value is off by at most half a unit (2^−20 ≈ 10^−6 at D = 2^40)."""
+
+
+def free_sum_quantum(limit: float) -> int:
+    """q for row values in [0, limit] summed in units of 2^q: limit/2^q ≤ 2^FREE_SUM_BITS."""
+    return math.frexp(limit)[1] - FREE_SUM_BITS if limit > 0 else 0
+
+
 @dataclass(frozen=True)
 class BoundingParams:
     """How one query bounds each person's contribution before aggregation.

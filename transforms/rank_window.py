@@ -39,13 +39,13 @@ import numpy as np
 import numpy.typing as npt
 from apache_beam.pvalue import AsSingleton, PCollection
 
-from .mechanisms.quantile_window import QuantileWindow
+from .mechanisms.quantile_window import SEARCH_BUCKETS, SEARCH_LEVELS, QuantileWindow
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-BUCKETS = 1 << 16
-LEVELS = 3  # a bucket of the last level spans (hi − lo)·2^−48
+BUCKETS = SEARCH_BUCKETS
+LEVELS = SEARCH_LEVELS  # a bucket of the last level spans (hi − lo)·2^−48
 
 
 def bucket_of(values: F64, low: float, high: float) -> I64:

@@ -9,7 +9,6 @@ pipeline and its guarantees: :mod:`.shifted_inverse_release`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,13 +25,6 @@ from .columns import PERSON_COLUMN
 I64 = npt.NDArray[np.int64]
 Key = tuple[Any, ...]
 Shape = Literal["totals", "values", "pairs", "rows"]
-FREE_SUM_BITS = 60
-"""Row values of the bound-free sums (shifted inverse, ``bound = "auto"``) are summed in units of
-2^q with limit/2^q ≤ 2^60. Their limit is huge by default (D = 2^40, or 2^30 for the auto bound),
-so the 40 bits of the bounded aggregates (whose limit is the user's bound) left a unit of 2 at
-D = 2^40: every row of 1.0 rounded to 0 (ties to even). At 60 bits the unit is 2^−19 there and
-2^−29 for the auto bound's default range [1, 2^30]: whole numbers and halves are exact, and a
-row of any other value is off by at most half a unit (2^−20 ≈ 10^−6 at D = 2^40)."""
 _LIMB = 20  # fixed-point sums are added in three limbs of 20 bits (each sum exact in float64)
 
 
@@ -112,13 +104,9 @@ def _partition_codes(table: pa.Table, by: tuple[str, ...]) -> tuple[I64, list[Ke
     return inverse.reshape(-1).astype(np.int64), keys
 
 
-def free_sum_quantum(limit: float) -> int:
-    """q for row values in [0, limit] summed in units of 2^q: limit/2^q ≤ 2^FREE_SUM_BITS."""
-    return math.frexp(limit)[1] - FREE_SUM_BITS if limit > 0 else 0
-
-
 def _quanta(v: npt.NDArray[np.float64], q: int) -> I64:
-    """round(v/2^q), ties to even: exact for v in [0, limit], limit/2^q ≤ 2^60 < 2^63."""
+    """round(v/2^q), ties to even: exact for v in [0, limit], limit/2^q ≤ 2^60 < 2^63
+    (``params.FREE_SUM_BITS``)."""
     out: I64 = np.rint(np.ldexp(v, -q)).astype(np.int64)
     return out
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from userdp.transforms.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from userdp.transforms.mechanisms.checks import NoiseScaleOverflowError
-from userdp.transforms.shifted_inverse_contributions import free_sum_quantum
+from userdp.transforms.params import free_sum_quantum
 
 from ..config import QueryConfig
 from ..config_fields import MISSING, finite_float, parse_shares

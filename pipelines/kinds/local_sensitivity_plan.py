@@ -41,7 +41,11 @@ from userdp.transforms.mechanisms.accounting import (
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
-from userdp.transforms.mechanisms.quantile_window import window_bound
+from userdp.transforms.mechanisms.quantile_window import (
+    SEARCH_BUCKETS,
+    SEARCH_LEVELS,
+    window_bound,
+)
 from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
     LaplaceNoise,
@@ -52,7 +56,6 @@ from userdp.transforms.mechanisms.smooth_sensitivity import (
 from userdp.transforms.mechanisms.split_quantile import SplitQuantile
 from userdp.transforms.mechanisms.stability import StableTopPartition
 from userdp.transforms.mechanisms.trimmed_mean import TrimmedMean
-from userdp.transforms.rank_window import BUCKETS, LEVELS
 
 if TYPE_CHECKING:  # Beam loads only when the pipeline is built, not for `userdp plan`
     from userdp.transforms.local_sensitivity import PerPersonMechanism
@@ -371,7 +374,8 @@ def _window_text(m: SmoothQuantile) -> str:
         )
     return (
         f"at most {bound:,} per-person values around the rank on one worker (8 bytes each, "
-        f"whatever the person count), found by {LEVELS} histograms of {BUCKETS:,} counts"
+        f"whatever the person count), found by {SEARCH_LEVELS} histograms of "
+        f"{SEARCH_BUCKETS:,} counts"
     )
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from userdp.transforms.mechanisms.quantile_sensitivity import as_quantile
 from userdp.transforms.mechanisms.shifted_inverse import ShiftedInverseParams
 from userdp.transforms.mechanisms.shifted_inverse_grid import OutputGrid
-from userdp.transforms.shifted_inverse_contributions import free_sum_quantum
+from userdp.transforms.params import free_sum_quantum
 
 from ..config import ConfigError, QueryConfig
 from ..config_fields import MISSING, finite_float, parse_by, parse_partitions, parse_shares

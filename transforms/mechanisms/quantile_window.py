@@ -36,6 +36,12 @@ from dataclasses import dataclass
 
 from .quantile_sensitivity import _inner_beta, as_quantile, check_beta
 
+SEARCH_BUCKETS = 1 << 16
+SEARCH_LEVELS = 3
+"""How the Beam side finds the window (``transforms/rank_window.py``): histograms of this many
+buckets, refined this many times (a bucket of the last level spans (hi − lo)·2^−48). Public
+constants, here so that planning states them without importing Beam."""
+
 FLOOR_MARGIN_BITS = 21
 """K is the largest cost a term can have and still reach F = 2^−20·(hi − lo): one bit below F
 covers the (1 + 2^−20) rounding margin and the float rounding of the terms with room to spare."""
