@@ -18,6 +18,11 @@ Two hazards sit in columns a job never reads, so they are settled from the file'
   1.13.1) decodes in 1.5–2× the time of decoding every field, while one with many or costly
   unread fields decodes faster (20 columns: 0.55–0.67×; 8 with a timestamp: 0.8–0.9×). Safety
   first: the projection is always used.
+* **Unions of string and bytes**: schema resolution promotes one to the other whichever order
+  the reader's union lists them, so a bytes value came back as text — ``b"u1"`` and ``"u1"`` one
+  person — and bytes that are not UTF-8 failed the read after the charge: one person's value
+  decided whether the run released. A column the job reads with both branches is refused when
+  the inputs are inspected.
 * **Recursive named types** (a record with a field of its own type): decoding, or even skipping,
   a value nested a few thousand levels deep overflows the C stack of fastavro's decoder and kills
   the process (SIGSEGV) — one row again. No schema check can bound the depth of a recursive type,
@@ -218,4 +223,20 @@ def refusal(schema: Any, columns: Sequence[str]) -> str | None:
                 "job reads must be a plain long, int, double, float, string or boolean in every "
                 "branch (write it as its base type)"
             )
+        if fd.get("name") in read and {"string", "bytes"} <= _branches(fd.get("type")):
+            return (
+                f"column {fd['name']!r} is a union of string and bytes; Avro schema resolution "
+                "reads a bytes value as text (b'a' and 'a' one key, one person) and fails on "
+                "bytes that are not UTF-8, so it cannot be read as written: write one of the two"
+            )
     return None
+
+
+def _branches(t: Any) -> set[str]:
+    """The primitive type names among the branches of a field's type (a union or one type):
+    ``"string"`` for ``"string"`` and for ``{"type": "string", ...}``."""
+    if isinstance(t, list):
+        return set().union(*(_branches(b) for b in t)) if t else set()
+    if isinstance(t, dict):
+        return _branches(t.get("type")) if isinstance(t.get("type"), str) else set()
+    return {t} if isinstance(t, str) else set()

@@ -76,6 +76,37 @@ def test_a_read_column_with_a_logical_type_branch_is_refused_at_inspection(
         inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
 
 
+@pytest.mark.parametrize("column", ["domain", "person_id"])
+@pytest.mark.parametrize("branches", [("string", "bytes"), ("null", "bytes", {"type": "string"})])
+def test_a_read_column_of_string_and_bytes_is_refused_at_inspection(
+    tmp_path: Path, column: str, branches: tuple[Any, ...]
+) -> None:
+    """Schema resolution read b"a" as "a" (one key; b"u1" and "u1" one person) and failed on
+    bytes that are not UTF-8 — after the charge, on one person's value. Refused up front; an
+    unread such column is fine."""
+    s = schema(domain=("null", "string"))
+    for fd in s["fields"]:
+        if fd["name"] == column:
+            fd["type"] = list(branches)
+    write(tmp_path / "x.avro", s, [
+        {"person_id": b"\xffsecret" if column == "person_id" else 1,
+         "domain": "a.example" if column == "person_id" else b"\xffsecret", "duration_s": 1.0},
+    ])  # fmt: skip
+    with pytest.raises(
+        SchemaError, match=rf"column '{column}' is a union of string and bytes"
+    ) as e:
+        inspect_inputs(str(tmp_path / "x.avro"), "avro", COLUMNS)
+    assert "secret" not in str(e.value)
+    inspect_inputs(
+        str(tmp_path / "x.avro"),
+        "avro",
+        {
+            "duration_s": "number",
+            **({"domain": "person"} if column == "person_id" else {"person_id": "person"}),
+        },
+    )
+
+
 def test_a_logical_type_a_read_column_uses_by_name_is_refused_at_inspection(
     tmp_path: Path,
 ) -> None:
