@@ -384,6 +384,14 @@ def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
     )  # fmt: skip
 
 
+MAX_EPSILON = Fraction(1000)
+MAX_RHO = MAX_EPSILON**2 / 2  # the ρ of an ε-DP mechanism at that ε (Bun & Steinke 2016, 1.4)
+_TOO_LARGE = (
+    "a budget this large promises nothing (e^1000 is past every float), and the exact rules "
+    "built from it — selection tables and thresholds — grow with it until planning hangs"
+)
+
+
 def parse_budget_table(raw: Mapping[str, Any], *, source: str = "") -> BudgetConfig:
     """A ``[budget]`` table on its own (the library's ``Budget``): the job file's rules."""
     return _parse_budget(Validator(source, Path.cwd()), raw)
@@ -406,6 +414,9 @@ def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
         v.fail("budget", {"epsilon": b["epsilon"], "rho": b["rho"]}, *_BOTH_BUDGETS)
     if eps is None and rho is None:
         v.fail("budget.epsilon", MISSING, *_NO_BUDGET)
+    for key, x, top in (("epsilon", eps, MAX_EPSILON), ("rho", rho, MAX_RHO)):
+        if x is not None and x > top:
+            v.fail(f"budget.{key}", b[key], f"a number in (0, {int(top):,}]", _TOO_LARGE)
     return BudgetConfig(epsilon=eps, delta=delta if delta else None, rho=rho)
 
 

@@ -425,3 +425,14 @@ def test_a_huge_rho_is_tabulated_without_underflow_or_refused_by_name() -> None:
     assert 0 < sel.delta_achieved <= Decimal("1e-4000000") and sel.threshold == 2
     with pytest.raises(ValueError, match=r"σ² = 1e-20 is too narrow to tabulate; choose a smaller"):
         gaussian_tail_fn(Fraction(1, 10**20), Decimal(10) ** -46, 30)
+
+
+def test_the_optimal_table_at_a_huge_epsilon_is_the_table_at_100() -> None:
+    """Its decimal precision grew as ε/ln 10 digits: ε = 10^6 took minutes. A table that is
+    (100, δ)-DP is (ε, δ)-DP for any larger ε; and at 100 it is already 0, δ', 1 − ~e^−100, 1."""
+    delta = Fraction(1, 10**6)
+    big = ps._optimal_table(Fraction(10**6), delta)
+    assert big == ps._optimal_table(ps.TABLE_MAX_EPSILON, delta)
+    assert len(big) == 4 and big[-1] == 1 and 0 < big[1] < delta
+    # the table's grid (10^−41 at this δ) cannot even tell e^−99 from e^−100: the cap costs nothing
+    assert ps._optimal_table(Fraction(99), delta) == big

@@ -80,8 +80,8 @@ def test_budget_floats_are_read_as_written(tmp_path: Path) -> None:
     # 17+ digits: exactly as written, not rounded to a float first (that went above: review)
     p.write_text(text.replace("epsilon = 0.1", "epsilon = 9.99999999999999999e-7"))
     assert load_job(p).budget.epsilon == Fraction(999999999999999999, 10**24)
-    p.write_text(text.replace("epsilon = 0.1", "epsilon = 1_000.5"))
-    assert load_job(p).budget.epsilon == Fraction(2001, 2)
+    p.write_text(text.replace("epsilon = 0.1", "epsilon = 1_00.5"))
+    assert load_job(p).budget.epsilon == Fraction(201, 2)
 
 
 def test_hash_changes_with_the_config() -> None:
@@ -137,6 +137,16 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(budget={"epsilon": 0}), r"budget\.epsilon = 0"),
         (job(budget={"epsilon": float("inf")}), r"budget\.epsilon = inf"),
         (job(budget={"epsilon": True}), r"budget\.epsilon = True"),
+        # planning a table or threshold at ε = 10^6 hung, at 2^63 − 1 ran out of memory
+        (
+            job(budget={"epsilon": 1e6}),
+            r"budget\.epsilon = 1000000.0: expected a number in \(0, 1,000\]",
+        ),
+        (job(budget={"epsilon": 2**63 - 1}), r"budget\.epsilon = 9223372036854775807: .*promises"),
+        (
+            job(budget={"rho": 5e11, "delta": 1e-6}),
+            r"budget\.rho = 500000000000.0: .*\(0, 500,000\]",
+        ),
         (job(budget={"epsilon": 1.0, "delta": 1.5}), r"budget\.delta = 1\.5: expected a number in"),
         (
             job(runner={"name": "spark"}),

@@ -232,6 +232,13 @@ class GaussianThresholding:
         return Decision(noisy >= self.threshold, noisy)
 
 
+TABLE_MAX_EPSILON = Fraction(100)
+"""The optimal rule's table is built at min(ε, 100). Its precision grows as ε/ln 10 digits, so an
+ε of 10^6 took minutes and 2^63 ran out of memory before any check could refuse it; and at
+ε = 100 the table is already [0, δ', 1 − e^−100·(1 − 2δ'), …, 1] up to e^−100. A rule that is
+(100, δ)-DP is (ε, δ)-DP for every larger ε, so the cap costs nothing but that e^−100."""
+
+
 def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
     """π̂(0..n*) for per-partition (ε, δ): exact rationals, π̂(n*) = 1 and π̂(n) < 1 before.
 
@@ -249,6 +256,7 @@ def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
     two inequalities are (ε, δ)-DP of Bernoulli(π̂(n)) against Bernoulli(π̂(n−1)) for both outcomes.
     The test suite re-checks both inequalities over the whole table in exact rational arithmetic.
     """
+    eps = min(eps, TABLE_MAX_EPSILON)  # (100, δ)-DP is (ε, δ)-DP for every ε ≥ 100
     slack = _DELTA_SLACK_DIGITS + _digits(delta)  # s = δ·10^−20 ≥ 10^−slack
     grid = slack + 15  # G: π̂ keeps 15 digits below the slack
     prec = grid + math.ceil(float(eps) / math.log(10)) + 10
