@@ -276,7 +276,23 @@ def _check_columns(
     v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
 ) -> None:
     _refuse_reserved_columns(v, person, columns, queries)
+    _refuse_person_as_data(v, person, queries)
     _refuse_mixed_roles(v, queries)
+
+
+def _refuse_person_as_data(v: Validator, person: str, queries: tuple[QueryConfig, ...]) -> None:
+    """The person column identifies the privacy unit: no query may read it as a key or a value
+    (``by = ["person_id"]`` would release one partition per person). It planned, and failed
+    only when the pipeline was built, after the charge (exit 1)."""
+    for i, q in enumerate(queries):
+        if person in kind_of(q).required_columns(q):
+            v.fail(
+                f"queries[{i}].{_field_naming(q, person)}",
+                person,
+                "a column other than input.person",
+                f"{person!r} is the person column (the privacy unit): a query cannot group by "
+                "it or read it as a value; count persons with metric = \"persons\"",
+            )
 
 
 def _refuse_reserved_columns(

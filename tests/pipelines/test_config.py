@@ -137,6 +137,11 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(budget={"epsilon": 0}), r"budget\.epsilon = 0"),
         (job(budget={"epsilon": float("inf")}), r"budget\.epsilon = inf"),
         (job(budget={"epsilon": True}), r"budget\.epsilon = True"),
+        # the person column as a key or value: it planned, then failed after the charge (exit 1)
+        (
+            query(0, by=["domain", "person_id"], max_partitions_per_person=1),
+            r"queries\[0\]\.by = 'person_id': expected a column other than input\.person",
+        ),
         # planning a table or threshold at ε = 10^6 hung, at 2^63 − 1 ran out of memory
         (
             job(budget={"epsilon": 1e6}),
