@@ -291,7 +291,7 @@ def _refuse_person_as_data(v: Validator, person: str, queries: tuple[QueryConfig
                 person,
                 "a column other than input.person",
                 f"{person!r} is the person column (the privacy unit): a query cannot group by "
-                "it or read it as a value; count persons with metric = \"persons\"",
+                'it or read it as a value; count persons with metric = "persons"',
             )
 
 
