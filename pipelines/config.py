@@ -117,8 +117,20 @@ def load_job(path: str | Path) -> JobConfig:
             raw = tomllib.load(f, parse_float=_exact_float)
     except FileNotFoundError as e:
         raise ConfigError("job file", str(p), "an existing TOML file", "check the path") from e
+    except IsADirectoryError as e:
+        raise ConfigError("job file", str(p), "a TOML file", "it is a directory") from e
+    except OSError as e:  # unreadable: permissions, a FIFO that errs, an I/O error
+        raise ConfigError("job file", str(p), "a readable TOML file", e.strerror or "") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("job file", str(p), "valid TOML", str(e)) from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (tomllib decodes before parsing)
+        raise ConfigError(
+            "job file", str(p), "valid TOML", f"not UTF-8 text at byte {e.start}"
+        ) from e
+    except RecursionError as e:  # 100,000 nested arrays: tomllib recurses per level
+        raise ConfigError(
+            "job file", str(p), "valid TOML", "arrays or tables nested too deeply to read"
+        ) from e
     return parse_job(raw, source=str(p), base_dir=p.parent)
 
 

@@ -317,6 +317,16 @@ def test_load_job_file_errors(tmp_path: Path) -> None:
     bad.write_text("[input\npath = 1")
     with pytest.raises(ConfigError, match="valid TOML"):
         load_job(bad)
+    # each of these was exit 1 with a traceback (a "bug in userdp")
+    bad.write_bytes(b'[input]\npath = "d\xff.csv"\n')
+    with pytest.raises(ConfigError, match=r"expected valid TOML\. not UTF-8 text at byte 17"):
+        load_job(bad)
+    bad.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=r"valid TOML\. arrays or tables nested too deeply"):
+        load_job(bad)
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(ConfigError, match=r"expected a TOML file\. it is a directory"):
+        load_job(tmp_path / "dir.toml")
 
 
 PRIVATE_INSIDE_OUTPUT = [
