@@ -60,6 +60,20 @@ def _local_files(pattern: str) -> list[tuple[str, int]]:
     return out
 
 
+def _check_name(path: str) -> None:
+    """A file name that is not UTF-8 (bytes Python holds as surrogate escapes) is refused here,
+    before the charge: Beam encodes each path as UTF-8 text when it ships the reads, and that
+    raised on a worker after the charge (exit 1). Shown with the bytes escaped."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise SchemaError(
+            f"input file '{shown}': its name is not UTF-8 text, which Beam cannot carry; "
+            "rename the file"
+        ) from None
+
+
 def list_input_files(path_glob: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(the sorted files of ``input.path``, each one's size in bytes); :class:`SchemaError` if
     none, or one is not a file. Sizes are public file metadata: they size shards, never a value."""
@@ -80,5 +94,7 @@ def list_input_files(path_glob: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
         found = [(m.path, m.size_in_bytes) for r in matches for m in r.metadata_list]
     if not found:
         raise SchemaError(f"input path {path_glob!r} matched no files")
+    for path, _ in found:
+        _check_name(path)
     listed = sorted(set(found))
     return tuple(p for p, _ in listed), tuple(n for _, n in listed)

@@ -85,6 +85,15 @@ def test_no_files_matched(tmp_path: Path) -> None:
         inspect_inputs(str(tmp_path / "*.parquet"), "parquet", COLUMNS)
 
 
+def test_a_file_name_that_is_not_utf8_is_refused_when_listed(tmp_path: Path) -> None:
+    """Beam encodes each path as UTF-8 when it ships the reads: such a name failed on a worker
+    after the charge (exit 1). Refused at listing, its bytes escaped."""
+    write_rows(tmp_path / "good.csv", ROWS, "csv")
+    os.rename(tmp_path / "good.csv", os.fsdecode(os.fsencode(str(tmp_path)) + b"/a\xff.csv"))
+    with pytest.raises(SchemaError, match=r"a\\xff\.csv': its name is not UTF-8 text"):
+        inspect_inputs(str(tmp_path / "*.csv"), "csv", COLUMNS)
+
+
 @pytest.mark.parametrize(
     "path", ["gcs://bucket/logs/*.parquet", "foo://host/x/*.parquet", "hdfs://nn/logs/*.parquet"]
 )
