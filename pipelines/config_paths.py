@@ -99,3 +99,31 @@ def check_input_files_outside(output: str, files: list[str] | tuple[str, ...], s
             "the input's pattern",
             source,
         )
+
+
+def check_input_files_not_dead_letters(
+    dead_letter: str | None, files: list[str] | tuple[str, ...], source: str
+) -> None:
+    """Refuses input files that are dead letters (``dead_letter-*`` in ``input.dead_letter``): a
+    pattern such as ``data/*`` with dead letters in ``data/`` would read the last run's rejected
+    rows back as input (each run then rejecting them again, and more). Checked on the files the
+    pattern matched, before the charge; file paths are configuration, never data."""
+    if dead_letter is None:
+        return
+    root = _canonical(dead_letter)
+    inside = [
+        f
+        for f in files
+        if _canonical(f).startswith(root)
+        and f.rstrip("/").rsplit("/", 1)[-1].startswith("dead_letter")
+    ]
+    if inside:
+        raise ConfigError(
+            "input.path",
+            inside[0],
+            "input files other than the dead letters",
+            f"{len(inside)} of the {len(files)} input files are dead letters in "
+            f"input.dead_letter {dead_letter!r}: a run would read the rejected rows of earlier "
+            "runs as input — move the dead letters or narrow the input's pattern",
+            source,
+        )

@@ -37,12 +37,13 @@ from userdp.transforms.mechanisms.rng import ReleaseKey, key_check_value, new_re
 
 from . import charging
 from .config import JobConfig
-from .config_paths import check_input_files_outside
+from .config_paths import check_input_files_not_dead_letters, check_input_files_outside
 from .dead_letters import (
     make_private_directory,
     restrict_dead_letters,
     settle_failed_dead_letters,
 )
+from .input_listing import list_input_files
 from .interrupts import RunInterrupted, caused_by, interrupts_held
 from .ledger import Reservation
 from .output_layout import RELEASE_FORMATS, QueryFiles, query_files
@@ -87,6 +88,9 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
         job.runner.name, job.runner.options, beam_args, base_dir=base_dir
     )
     check_worker_paths(job.runner.name, job.worker_paths())
+    if job.input.dead_letter:  # before the files are read: a dead letter is no input file
+        listed, _ = list_input_files(job.input.path)
+        check_input_files_not_dead_letters(job.input.dead_letter, listed, job.source)
     schema = inspect_inputs(
         job.input.path,
         job.input.format,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.stats_helpers import TEST_SECRET
-from userdp.pipelines.config import parse_job
+from userdp.pipelines.config import ConfigError, parse_job
 from userdp.pipelines.dead_letters import make_private_directory, restrict_dead_letters
 from userdp.pipelines.job import run_release
 from userdp.transforms.mechanisms.rng import ReleaseKey
@@ -88,3 +88,19 @@ def test_remote_paths_and_no_path_are_left_to_their_store(tmp_path: Path) -> Non
         make_private_directory(path)  # nothing to create locally, nothing raised
         restrict_dead_letters(path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pattern_that_matches_the_dead_letters_is_refused_before_the_charge(
+    tmp_path: Path,
+) -> None:
+    """Dead letters in data/ and input data/*: the second run would read the first run's
+    rejected rows as input. The files the pattern matched are checked before the charge."""
+    job = csv_job(tmp_path, tmp_path / "data")
+    job["input"]["path"] = str(tmp_path / "data" / "*")  # type: ignore[index]
+    cfg = parse_job(job)
+    run_release(cfg, release_key=ReleaseKey(TEST_SECRET), num_shards=1)  # nothing there yet
+    assert list((tmp_path / "data").glob("dead_letter-*"))
+    with pytest.raises(ConfigError, match=r"other than the dead letters.* would read the rejected"):
+        run_release(cfg, release_key=ReleaseKey(TEST_SECRET), num_shards=1)
+    job["input"]["path"] = str(tmp_path / "data" / "*.csv")  # type: ignore[index]
+    run_release(parse_job(job), release_key=ReleaseKey(TEST_SECRET), num_shards=1)  # fine
