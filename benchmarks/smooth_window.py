@@ -24,13 +24,14 @@ Usage: python benchmarks/smooth_window.py [--persons 100000,1000000,10000000]
 from __future__ import annotations
 
 import argparse
-import time
-import tracemalloc
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+
+# benchmarks/ is sys.path[0] when a script here runs
+from median_histogram import peak_bytes, timed
 
 from userdp.transforms import rank_window as rw
 from userdp.transforms.local_sensitivity import ConcatenateValues
@@ -74,21 +75,6 @@ def window_path(shards: list[np.ndarray], mech: SmoothQuantile) -> tuple[Any, np
         nw = nw.refine(combine(rw.SumCounts(rw.BUCKETS), shards, nw.histogram))
     pairs = combine(rw.MergeDistinct(), shards, lambda s: rw._selected_distinct(s, nw))
     return pairs, nw.window_values(*pairs)
-
-
-def timed(f: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = f()
-    return time.perf_counter() - start, out
-
-
-def peak_bytes(f: Callable[[], Any]) -> int:
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    f()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak - base
 
 
 def main(argv: list[str] | None = None) -> None:
