@@ -131,7 +131,12 @@ def load_job(path: str | Path) -> JobConfig:
         raise ConfigError(
             "job file", str(p), "valid TOML", "arrays or tables nested too deeply to read"
         ) from e
-    return parse_job(raw, source=str(p), base_dir=p.parent)
+    try:
+        return parse_job(raw, source=str(p), base_dir=p.parent)
+    except RecursionError as e:  # nested just below tomllib's limit: showing the value recursed
+        raise ConfigError(
+            "job file", str(p), "valid job file", "a value nested too deeply to show"
+        ) from e
 
 
 def _exact_float(text: str) -> Fraction | float:
@@ -297,6 +302,8 @@ def _refuse_person_as_data(v: Validator, person: str, queries: tuple[QueryConfig
     (``by = ["person_id"]`` would release one partition per person). It planned, and failed
     only when the pipeline was built, after the charge (exit 1)."""
     for i, q in enumerate(queries):
+        if q.metric == "sample_aggregate":
+            continue  # its planning says more: the chunk hands the function __person__ already
         if person in kind_of(q).required_columns(q):
             v.fail(
                 f"queries[{i}].{_field_naming(q, person)}",
@@ -414,7 +421,7 @@ def _output_shards(v: Validator, out_raw: Mapping[str, Any]) -> int | None:
 
 MAX_EPSILON = Fraction(1000)
 MAX_RHO = MAX_EPSILON**2 / 2  # the ρ of an ε-DP mechanism at that ε (Bun & Steinke 2016, 1.4)
-_TOO_LARGE = (
+TOO_LARGE_BUDGET = (
     "a budget this large promises nothing (e^1000 is past every float), and the exact rules "
     "built from it — selection tables and thresholds — grow with it until planning hangs"
 )
@@ -444,7 +451,7 @@ def _parse_budget(v: Validator, b: Mapping[str, Any]) -> BudgetConfig:
         v.fail("budget.epsilon", MISSING, *_NO_BUDGET)
     for key, x, top in (("epsilon", eps, MAX_EPSILON), ("rho", rho, MAX_RHO)):
         if x is not None and x > top:
-            v.fail(f"budget.{key}", b[key], f"a number in (0, {int(top):,}]", _TOO_LARGE)
+            v.fail(f"budget.{key}", b[key], f"a number in (0, {int(top):,}]", TOO_LARGE_BUDGET)
     return BudgetConfig(epsilon=eps, delta=delta if delta else None, rho=rho)
 
 

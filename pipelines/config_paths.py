@@ -115,7 +115,7 @@ def check_input_files_not_dead_letters(
         f
         for f in files
         if _canonical(f).startswith(root)
-        and f.rstrip("/").rsplit("/", 1)[-1].startswith("dead_letter")
+        and f.rstrip("/").rsplit("/", 1)[-1].startswith("dead_letter-")  # the sink's names
     ]
     if inside:
         raise ConfigError(

@@ -50,7 +50,13 @@ from .output_layout import RELEASE_FORMATS, QueryFiles, query_files
 from .plan import ReleasePlan, plan_release
 from .progress import Progress
 from .public_keys import check_public_keys
-from .publish import OutputLocationError, Staging, probe_writable, staging_parent
+from .publish import (
+    OutputLocationError,
+    Staging,
+    check_staging_name,
+    probe_writable,
+    staging_parent,
+)
 from .publishing import ReleaseResult, ReleaseRunError, files_text, publish_release, refund
 from .release_graph import build_pipeline, default_shards, required_columns
 from .release_inputs import release_artifacts
@@ -112,6 +118,7 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
         probe_writable(job.input.dead_letter, "input.dead_letter")
     probe_writable(job.output.path, "output.path")
     probe_writable(staging_parent(job.output.path), "the directory of output.path (for staging)")
+    check_staging_name(job.output.path)
     return _Checked(runner, options, schema, plan, secret_check)
 
 

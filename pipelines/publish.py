@@ -147,6 +147,24 @@ def _vanished(e: BaseException) -> bool:
     return caused_by(e, FileNotFoundError) or "No such file or directory" in str(e)
 
 
+def check_staging_name(output: str) -> None:
+    """Refuses an ``output`` whose staging directory's name (``.<name>.userdp-staging-<12 hex>``,
+    29 bytes more than the output's own name) the filesystem cannot hold — the probes pass
+    such a name, and the staging directory is made after the charge."""
+    if not is_local_path(output):
+        return
+    parent, name = os.path.split(os.path.abspath(output.rstrip("/")))
+    staging = f"{_staging_prefix(name)}{secrets.token_hex(6)}"
+    try:
+        _check_names(_probe_directory(parent), [staging])
+    except OSError as e:
+        raise OutputLocationError(
+            f"output.path {output!r}: its staging directory's name ({len(os.fsencode(staging))} "
+            f"bytes: the output's name and 29 more) is too long for this filesystem "
+            f"({_reason(e)}); shorten the output directory's name"
+        ) from None
+
+
 def staging_parent(output: str) -> str:
     """The directory that holds the staging directory of ``output`` (its parent)."""
     return str(FileSystems.split(output.rstrip("/"))[0])

@@ -14,7 +14,7 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-from .config import MAX_EPSILON, ConfigError, load_job
+from .config import MAX_EPSILON, TOO_LARGE_BUDGET, ConfigError, load_job
 from .entry import print_summary
 from .interrupts import RunInterrupted, exit_code
 
@@ -43,8 +43,10 @@ def _epsilon(text: str | None) -> Fraction | None:
         eps = Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise ConfigError("--epsilon", text, "a positive number, e.g. 0.1") from None
-    if eps <= 0 or eps > MAX_EPSILON:
-        raise ConfigError("--epsilon", text, f"a number in (0, {int(MAX_EPSILON):,}], e.g. 0.1")
+    if eps <= 0:
+        raise ConfigError("--epsilon", text, "a positive number, e.g. 0.1")
+    if eps > MAX_EPSILON:  # as a job file's budget (config.MAX_EPSILON)
+        raise ConfigError("--epsilon", text, f"at most {int(MAX_EPSILON):,}", TOO_LARGE_BUDGET)
     return eps
 
 

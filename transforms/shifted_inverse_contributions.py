@@ -112,7 +112,7 @@ def _quanta(v: npt.NDArray[np.float64], q: int) -> I64:
 
 
 def _group_sums(group: I64, x: I64, size: int) -> npt.NDArray[Any]:
-    """Σ x per group, exactly (x in [0, 2^60]): int64, or Python ints if int64 could overflow.
+    """Σ x per group, exactly (x in [0, 2^60)): int64, or Python ints if int64 could overflow.
 
     Each of the three 20-bit limbs is summed by ``bincount`` in float64, exact while a group has
     fewer than 2^33 rows; the limbs are recombined in int64 when the total stays below 2^62."""

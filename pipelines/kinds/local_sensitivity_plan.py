@@ -373,8 +373,9 @@ def _window_text(m: SmoothQuantile) -> str:
             "denominator (0.25, 0.9) keeps a window of the values"
         )
     return (
-        f"at most {bound:,} per-person values around the rank on one worker (8 bytes each, "
-        f"whatever the person count), found by {SEARCH_LEVELS} histograms of "
+        f"{bound:,} per-person values around the rank on one worker (8 bytes each, whatever "
+        "the person count; more only where distinct values crowd within 2^-48 of the bounds' "
+        f"span of the window's edges), found by {SEARCH_LEVELS} histograms of "
         f"{SEARCH_BUCKETS:,} counts"
     )
 

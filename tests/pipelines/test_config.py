@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from userdp.pipelines import config
 from userdp.pipelines.config import ConfigError, load_job, parse_job
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "browsing_job.toml"
@@ -327,6 +328,19 @@ def test_load_job_file_errors(tmp_path: Path) -> None:
     (tmp_path / "dir.toml").mkdir()
     with pytest.raises(ConfigError, match=r"expected a TOML file\. it is a directory"):
         load_job(tmp_path / "dir.toml")
+
+
+def test_a_value_too_deep_to_show_is_a_job_file_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few hundred nested arrays parse in tomllib (its limit depends on the stack left) and
+    then recursed in the message showing the value: exit 1 with a traceback (review)."""
+    nested: Any = "x"
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(RecursionError):
+        parse_job(query(0, by=nested))
+    monkeypatch.setattr(config, "parse_job", lambda *a, **k: parse_job(query(0, by=nested)))
+    with pytest.raises(ConfigError, match=r"valid job file\. a value nested too deeply to show"):
+        load_job(EXAMPLE)
 
 
 PRIVATE_INSIDE_OUTPUT = [

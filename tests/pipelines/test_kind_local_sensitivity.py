@@ -283,8 +283,9 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
         "  median of per-person mean(duration_s), clamped to [0, 600]: smooth sensitivity (NRS07)\n"
         "  noise: Laplace, β = ε'/(2 ln(2/δ₀)) = 0.006271 (δ₀ = 2.38e-07); value + 10·S(x)·Z "
         "(scale 2·S/ε'; ε' = ε − 2^-26 and δ·(1 − 2^-26), set aside for the float arithmetic)\n"
-        "  memory: at most 2,324 per-person values around the rank on one worker (8 bytes "
-        "each, whatever the person count), found by 3 histograms of 65,536 counts\n"
+        "  memory: 2,324 per-person values around the rank on one worker (8 bytes each, "
+        "whatever the person count; more only where distinct values crowd within 2^-48 of the "
+        "bounds' span of the window's edges), found by 3 histograms of 65,536 counts\n"
         "  guarantee: (ε=0.2, δ=2.5e-07) for add/remove one person\n"
     ) in text
     assert "q90: share (ε=0.2, δ=0)\n" in text

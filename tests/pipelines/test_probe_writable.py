@@ -122,3 +122,14 @@ def test_a_scheme_no_installed_filesystem_serves_is_an_output_location_error(pat
     """Was exit 1 ("a bug in userdp"): FileSystems.join raised before the probe's try."""
     with pytest.raises(OutputLocationError, match=r"no Beam filesystem for this scheme here"):
         probe_writable(path, "output.path")
+
+
+def test_an_output_whose_staging_name_is_too_long_is_refused(tmp_path: Path) -> None:
+    """The staging directory's name is the output's plus 29 bytes: an output name of 240 bytes
+    passed every probe and failed where the staging directory was made, after the charge."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    publish.check_staging_name(str(tmp_path / "release" / ("a" * (limit - 29))))  # fits
+    too_long = tmp_path / "release" / ("a" * (limit - 28))
+    with pytest.raises(OutputLocationError, match=r"staging directory's name \(\d+ bytes"):
+        publish.check_staging_name(str(too_long))
+    assert list(tmp_path.iterdir()) == []

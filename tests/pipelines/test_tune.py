@@ -355,7 +355,7 @@ def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
      ("abc", r"--epsilon = 'abc': expected a positive number"),
      # noise scales no float holds: exit 1 on a worker, after the charge (CLI audit)
      ("1e-300", r"--epsilon = '1e-300': expected an ε whose noise scales a float can hold"),
-     ("1e400", r"--epsilon = 'above 1.8e308': expected an ε whose noise scales a float")],
+     ("1e400", r"--epsilon = '1e400': expected at most 1,000\. a budget this large promises")],
 )  # fmt: skip
 def test_misuse_is_refused_by_name(
     logs: Path, flag: str, message: str, capsys: pytest.CaptureFixture[str]
