@@ -4,7 +4,8 @@
 Ŝ = max(S, F), F = 2^−20·(hi − lo) (:func:`~.smooth_sensitivity.release_with_log_scale`), where S
 is the maximum over gaps (i, j) of (x_j − x_i)·e^(−β'·c(i, j)) (:mod:`.quantile_sensitivity`). A
 gap that costs more than K add/remove steps, with β'·(K + 1) ≥ 21·ln 2, contributes at most
-(hi − lo)·2^−21 < F: it can never raise Ŝ. So the release reads only the gaps of cost ≤ K, and
+(hi − lo)·2^−21·(1 + 2^−20) < F (the last factor the bound's rounding margin): it can never
+raise Ŝ. So the release reads only the gaps of cost ≤ K, and
 those lie in a window of ranks around ⌈qn⌉ whose width follows β alone, not n.
 
 The release is run on the window itself, with no new formula: dropping m·a of the smallest and
