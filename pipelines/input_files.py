@@ -473,6 +473,8 @@ def inspect_inputs(
     columns: Mapping[str, str],
     declared: Mapping[str, str] | None = None,
     compression: str = "auto",
+    *,
+    listed: tuple[tuple[str, ...], tuple[int, ...]] | None = None,
 ) -> InputSchema:
     """Check every file of ``path_glob`` against ``columns`` (name → kind); no data row is read.
 
@@ -483,11 +485,12 @@ def inspect_inputs(
     :class:`SchemaError` for no matching file, a file that is not a readable regular file, a
     missing or duplicated column, a disallowed type or one column with different type families in
     different files. ``compression``: ``[input] compression`` (:mod:`.compression`); a whole-file
-    codec on a Parquet or Avro file is refused.
+    codec on a Parquet or Avro file is refused. ``listed``: the files and sizes of
+    :func:`list_input_files` when the caller has listed them already (one listing per run).
     """
     declared = dict(declared or {})
     person = _check_arguments(columns, declared, fmt)
-    files, sizes = list_input_files(path_glob)
+    files, sizes = listed if listed is not None else list_input_files(path_glob)
     families = _Families(columns, declared)
     spans: list[tuple[str, int, int]] = []
     for path in files:

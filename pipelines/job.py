@@ -94,15 +94,16 @@ def check_job(job: JobConfig, beam_args: Sequence[str]) -> _Checked:
         job.runner.name, job.runner.options, beam_args, base_dir=base_dir
     )
     check_worker_paths(job.runner.name, job.worker_paths())
-    if job.input.dead_letter:  # before the files are read: a dead letter is no input file
-        listed, _ = list_input_files(job.input.path)
-        check_input_files_not_dead_letters(job.input.dead_letter, listed, job.source)
+    listed = list_input_files(job.input.path)  # once: checked here, then inspected
+    # before the files are read: a dead letter is no input file
+    check_input_files_not_dead_letters(job.input.dead_letter, listed[0], job.source)
     schema = inspect_inputs(
         job.input.path,
         job.input.format,
         required_columns(job),
         job.input.declared_types(),
         job.input.compression or "auto",
+        listed=listed,
     )
     check_input_files_outside(job.output.path, schema.files, job.source)
     plan = plan_release(job)  # imports user functions: a missing one is a ConfigError here

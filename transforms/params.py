@@ -29,12 +29,13 @@ SelectionRule = LaplaceThresholding | GaussianThresholding | TruncatedGeometricS
 VALUE_BITS = 40
 
 
-def quantum_exponent(lower: float, upper: float) -> int:
-    """q with 2^q the fixed-point quantum for values clamped to [lower, upper] (public bounds)."""
+def quantum_exponent(lower: float, upper: float, bits: int = VALUE_BITS) -> int:
+    """q with 2^q the fixed-point quantum for values clamped to [lower, upper] (public bounds):
+    max(|lower|, |upper|)/2^q ≤ 2^bits."""
     m = max(abs(lower), abs(upper))
     if m == 0:
         return 0
-    return math.frexp(m)[1] - VALUE_BITS
+    return math.frexp(m)[1] - bits
 
 
 FREE_SUM_BITS = 60
@@ -48,7 +49,7 @@ row of any other value is off by at most half a unit (2^−20 ≈ 10^−6 at D =
 
 def free_sum_quantum(limit: float) -> int:
     """q for row values in [0, limit] summed in units of 2^q: limit/2^q ≤ 2^FREE_SUM_BITS."""
-    return math.frexp(limit)[1] - FREE_SUM_BITS if limit > 0 else 0
+    return quantum_exponent(0.0, limit, FREE_SUM_BITS)
 
 
 @dataclass(frozen=True)
