@@ -67,12 +67,15 @@ class FinishingMixin(ABC):
             record = self._locked_release(tx, rid, "a release publishes only after its reservation")
             if record.manifest_hash is not None:
                 if record.manifest_hash != mh:
+                    # Not this run's hash: under the same noise it commits to the exact change
+                    # of the statistic, which anyone holding the published release could find by
+                    # hashing guesses. The published hash is public.
                     raise ReleaseConflictError(
                         f"release {rid!r} re-ran but its outputs differ from the published ones "
                         f"(manifest hash {record.manifest_hash}, fixed when a run of this id "
-                        f"began publishing; this run's is {mh}): nothing was published. A re-run "
-                        "must write identical bytes: check whether code the release runs (a "
-                        "module its functions import) changed since, else report a bug"
+                        "began publishing): nothing was published. A re-run must write identical "
+                        "bytes: check whether its inputs or code the release runs (a module its "
+                        "functions import) changed since, else report a bug"
                     )
                 return
             tx.execute("UPDATE ledger_releases SET manifest_hash = ? WHERE release_id = ?",
@@ -99,16 +102,16 @@ class FinishingMixin(ABC):
                 tx, rid, "a release is completed only after its reservation"
             )
             if record.status == "reserved" and record.manifest_hash not in (None, mh):
-                raise ReleaseConflictError(
-                    f"release {rid!r} began publishing with manifest hash {record.manifest_hash}"
-                    f", not {mh}: do not publish these outputs, report a bug"
+                raise ReleaseConflictError(  # not this run's hash (see begin_publishing)
+                    f"release {rid!r} began publishing with another manifest hash "
+                    f"({record.manifest_hash}): do not publish these outputs, report a bug"
                 )
             if record.status == "completed":
                 if record.manifest_hash != mh or dict(record.outputs or {}) != outs:
                     raise ReleaseConflictError(
                         f"release {rid!r} was completed on {record.completed_at} with manifest "
                         f"hash {record.manifest_hash} and outputs {dict(record.outputs or {})}; "
-                        f"this run produced manifest hash {mh} and outputs {outs}. A re-run must "
+                        f"this run produced another manifest or outputs {outs}. A re-run must "
                         "write identical bytes: do not publish these outputs, report a bug"
                     )
                 return record
