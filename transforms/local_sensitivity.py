@@ -7,16 +7,16 @@ place. So the steps are
 1. one value per person (:class:`~transforms.per_person.ReducePerPerson`: one vectorised
    reduction per person shard, from the release's one keyed shuffle by person), or the distinct
    persons of each partition per shard, summed over shards;
-2. one global combine that gathers them on **one worker** (a float64 array, 8 bytes per person:
-   10^7 persons are 80 MB; 10^8 are 800 MB plus the sort's copy — the limit of this design) for
-   PTR and the ladder. The smooth-sensitivity quantile reads only a window of order statistics
-   around its rank (``docs/local_sensitivity.md`` §4), so it gathers that window
-   (:class:`~.rank_window.GatherQuantileWindow`: three histogram passes, then the window's
-   values; their number follows β and q, not the person count). The exponential-mechanism
-   quantile (the default median) and the trimmed mean read their data only through a
-   histogram of grid indices, so each shard sends its histogram and the combine adds them
-   (:mod:`.grid_histogram`: one int64 count per grid point, 8.4 MB at the default grid,
-   whatever the person count);
+2. one global combine that brings what the release reads to **one worker** — never every
+   value. The smooth-sensitivity quantile and PTR's quantiles (one bound or the ladder) read
+   only a window of order statistics around the rank (``docs/local_sensitivity.md`` §4, §6),
+   so they gather that window (:class:`~.rank_window.GatherQuantileWindow`: three histogram
+   passes, then the window's values; their number follows β, or PTR's public distance cap, and
+   q — not the person count). PTR's means read only the count and the exact clamped sum
+   (:class:`SumClampedValues`). The exponential-mechanism quantile (the default median) and the
+   trimmed mean read their data only through a histogram of grid indices, so each shard sends
+   its histogram and the combine adds them (:mod:`.grid_histogram`: one int64 count per grid
+   point, 8.4 MB at the default grid, whatever the person count);
 3. the mechanism of :mod:`transforms.mechanisms` in one ``Map``, its noise drawn from
    the query's noise key, ``key.rng("value")``.
 
@@ -36,6 +36,7 @@ This module adds no math: it wires the core's mechanisms and exact statistics.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from fractions import Fraction
 from typing import Any, cast
 
 import apache_beam as beam
@@ -49,9 +50,10 @@ from .columns import PERSON_COLUMN
 from .grid_histogram import grid_histogram_combine
 from .keys import KeySource, NoiseKey
 from .mechanisms.exponential_quantile import ExponentialQuantile, GridHistogram
-from .mechanisms.ptr import PTRMean, PTRQuantile, exact_mean
+from .mechanisms.ptr import ClampedSum, PTRMean, PTRQuantile
 from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
+from .mechanisms.quantile_window import cost_reach
 from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
 from .mechanisms.trimmed_mean import TrimmedMean
@@ -66,8 +68,34 @@ GriddedMechanism = ExponentialQuantile | TrimmedMean  # read the data only as a 
 PartitionKey = tuple[Any, ...]
 
 
+class SumClampedValues(beam.CombineFn):
+    """Per-shard arrays of per-person values → their count and exact sum clamped to [lo, hi]
+    (:class:`~.mechanisms.ptr.ClampedSum`): all a PTR mean reads. Exact, so it does not depend
+    on how the values are split."""
+
+    def __init__(self, lower: float, upper: float) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # Beam is unannotated
+        self._lower, self._upper = lower, upper
+
+    def create_accumulator(self) -> ClampedSum:
+        return ClampedSum(0, Fraction(0))
+
+    def add_input(self, acc: ClampedSum, values: F64) -> ClampedSum:
+        return acc.merge(ClampedSum.of(values, self._lower, self._upper))
+
+    def merge_accumulators(self, accs: Iterable[ClampedSum]) -> ClampedSum:
+        total = ClampedSum(0, Fraction(0))
+        for a in accs:
+            total = total.merge(a)
+        return total
+
+    def extract_output(self, acc: ClampedSum) -> ClampedSum:
+        return acc
+
+
 class ConcatenateValues(beam.CombineFn):
-    """Per-shard arrays of per-person values → one float64 array (gathered on one worker).
+    """Per-shard arrays of per-person values → one float64 array (gathered on one worker; the
+    shifted inverse's per-person quantiles).
 
     The accumulator is a list of the arrays, concatenated once at the end, so merging is cheap.
     """
@@ -116,31 +144,50 @@ class _ReleaseFromHistogram:
         }
 
 
+def _reads_sum(mechanism: PerPersonMechanism) -> bool:
+    """PTR's means read only the count and the exact clamped sum (:class:`SumClampedValues`)."""
+    return isinstance(mechanism, PTRMean) or (
+        isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
+    )
+
+
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
     """The statistic the mechanism releases, without noise (the ``noise=False`` test hook): the
     q-quantile as the core defines it (``lower`` for no values), or the exact clamped mean."""
     assert not isinstance(mechanism, TrimmedMean)  # its hook reads the grid histogram
+    if _reads_sum(mechanism):
+        return float(
+            ClampedSum.of(values, mechanism.lower, mechanism.upper).mean(
+                mechanism.lower, mechanism.upper
+            )
+        )
+    assert not isinstance(mechanism, PTRMean)  # read above
     xs = sorted_clamped(values, mechanism.lower, mechanism.upper)
-    if isinstance(mechanism, PTRMean) or (
-        isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
-    ):
-        return float(exact_mean(xs, mechanism.lower, mechanism.upper))
     assert mechanism.q is not None  # quantile mechanisms always have q
     return quantile_of_sorted(xs, mechanism.q, mechanism.lower)
 
 
 class _ReleaseValue:
-    """values → the output row {value, released}; pure given the rng label (a Beam Map)."""
+    """values (or a mean's :class:`ClampedSum`) → the output row {value, released}; pure given
+    the rng label (a Beam Map)."""
 
     def __init__(self, mechanism: PerPersonMechanism, key: NoiseKey, noise: bool) -> None:
         self._mechanism, self._key, self._noise = mechanism, key, noise
 
-    def __call__(self, values: F64) -> dict[str, Any]:
+    def __call__(self, values: F64 | ClampedSum) -> dict[str, Any]:
+        m = self._mechanism
         value: float | None
-        if not self._noise:
-            value = exact_statistic(self._mechanism, values)
+        if isinstance(values, ClampedSum):
+            assert isinstance(m, (PTRMean, LadderPTR))
+            if not self._noise:
+                value = float(values.mean(m.lower, m.upper))
+            else:
+                out = m.release_sum(values, self._key.rng("value"))
+                value = out.value if isinstance(out, LadderRelease) else out
+        elif not self._noise:
+            value = exact_statistic(m, values)
         else:
-            out = self._mechanism.release(values, self._key.rng("value"))
+            out = m.release(values, self._key.rng("value"))
             value = out.value if isinstance(out, LadderRelease) else out
         return {"value": None if value is None else float(value), "released": value is not None}
 
@@ -211,14 +258,16 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         values = shards | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
         m = self._mechanism
         gathered: PCollection[Any]
-        if isinstance(m, SmoothQuantile):
-            # only the order statistics the release reads: the window around the rank, found
-            # by histograms (the release on them is the release on all values, bit for bit)
-            gathered = values | "GatherWindow" >> GatherQuantileWindow(
-                m.q, m.beta, m.lower, m.upper
+        if _reads_sum(m):
+            gathered = values | "SumClamped" >> beam.CombineGlobally(
+                SumClampedValues(m.lower, m.upper)
             )
         else:
-            gathered = values | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())
+            # only the order statistics the release reads: the window around the rank, found
+            # by histograms (the release on them is the release on all values, bit for bit)
+            assert isinstance(m, (SmoothQuantile, PTRQuantile, LadderPTR)) and m.q is not None
+            reach = cost_reach(m.beta) if isinstance(m, SmoothQuantile) else m.reach
+            gathered = values | "GatherWindow" >> GatherQuantileWindow(m.q, reach, m.lower, m.upper)
         out = gathered | "Release" >> beam.Map(self._release)  # {value, released}
         return out
 

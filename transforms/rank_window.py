@@ -1,8 +1,9 @@
 """The values at sorted ranks ``first`` … ``last`` of a PCollection, without gathering the rest.
 
-The smooth-sensitivity quantile reads only a window of order statistics around its rank
-(:mod:`.mechanisms.quantile_window`: about K + 3 values for the median, K from β alone), so the
-releasing worker needs those values, not one per person. Finding them is a distributed selection
+The smooth-sensitivity quantile and PTR's quantile tests read only a window of order statistics
+around the rank (:mod:`.mechanisms.quantile_window`: about K + 3 values for the median, K from β
+alone, or from PTR's public distance cap), so the releasing worker needs those values, not one
+per person. Finding them is a distributed selection
 by histograms of a public number of buckets (``BUCKETS``), refined ``LEVELS`` times:
 
 1. level 0: every shard's histogram of its (clamped) values over [lo, hi], summed: the count n
@@ -170,11 +171,11 @@ class MergeDistinct(beam.CombineFn):
 
 
 class _Start:
-    def __init__(self, q: object, beta: float, low: float, high: float) -> None:
-        self._q, self._beta, self._low, self._high = q, beta, low, high
+    def __init__(self, q: object, reach: int, low: float, high: float) -> None:
+        self._q, self._reach, self._low, self._high = q, reach, low, high
 
     def __call__(self, counts: I64) -> Narrowing:
-        window = QuantileWindow.for_release(int(counts.sum()), self._q, self._beta)
+        window = QuantileWindow.for_reach(int(counts.sum()), self._q, self._reach)
         return Narrowing.start(window, self._low, self._high).refine(counts)
 
 
@@ -189,13 +190,16 @@ def _read_window(pair: tuple[F64, I64], narrowing: Narrowing) -> F64:
 class GatherQuantileWindow(beam.PTransform[Any, Any]):
     """PCollection of per-shard float64 arrays (per-person values, clamped to [low, high]) →
     one sorted float64 array: the values of ranks ``first`` … ``last`` of the window
-    ``QuantileWindow.for_release(n, q, beta)`` (module docstring). Released on it,
-    ``SmoothQuantile.release`` gives the release on all values (:mod:`.mechanisms.quantile_window`).
+    ``QuantileWindow.for_reach(n, q, reach)`` (module docstring). Released on it, a mechanism
+    that reads only the gaps of cost ≤ ``reach`` (``SmoothQuantile`` with reach
+    ``cost_reach(beta)``; ``PTRQuantile`` and a quantile ``LadderPTR`` with their ``reach``) gives
+    the release on all values (:mod:`.mechanisms.quantile_window`).
     """
 
-    def __init__(self, q: object, beta: float, low: float, high: float) -> None:
+    def __init__(self, q: object, reach: int, low: float, high: float) -> None:
         super().__init__()
-        self._q, self._beta, self._low, self._high = q, beta, low, high
+        QuantileWindow.for_reach(0, q, reach)  # checks q and reach when the pipeline is built
+        self._q, self._reach, self._low, self._high = q, reach, low, high
 
     def expand(self, values: PCollection[Any]) -> PCollection[Any]:
         whole = Narrowing(1, 0, 0, (), self._low, self._high)  # no steps: every value counts
@@ -205,7 +209,7 @@ class GatherQuantileWindow(beam.PTransform[Any, Any]):
             | "Level0Sum" >> beam.CombineGlobally(SumCounts(BUCKETS))
         )
         narrowing = counts | "Level0Buckets" >> beam.Map(
-            _Start(self._q, self._beta, self._low, self._high)
+            _Start(self._q, self._reach, self._low, self._high)
         )
         for level in range(1, LEVELS):
             counts = (

@@ -20,11 +20,11 @@ and the budget is spent either way.
 
 Per-person values: ``per_person`` reduces each person's rows to one value (``mean``, ``sum``,
 ``count`` (rows; no ``value``), ``max``, ``min`` of ``value``, or ``distinct`` values of
-``value``) — so adding or removing a person adds or removes exactly one value. PTR gathers all
-of them on one worker for the release (:mod:`transforms.local_sensitivity`: 8 bytes per person,
-e.g. 80 MB for 10^7 persons); smooth sensitivity gathers only the window of order statistics its
-release reads (:mod:`transforms.rank_window`: a number of values that follows β, not the person
-count); the default method, the exponential mechanism (:mod:`.exponential_quantile`), and the
+``value``) — so adding or removing a person adds or removes exactly one value. Smooth
+sensitivity and PTR's quantiles gather only the window of order statistics their release reads
+(:mod:`transforms.rank_window`: a number of values that follows β, or PTR's public distance
+cap, not the person count); PTR's means combine only the count and the exact clamped sum; the
+default method, the exponential mechanism (:mod:`.exponential_quantile`), and the
 trimmed mean gather a histogram of grid indices.
 """
 

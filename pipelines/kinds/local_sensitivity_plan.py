@@ -44,7 +44,8 @@ from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
 from userdp.transforms.mechanisms.quantile_window import (
     SEARCH_BUCKETS,
     SEARCH_LEVELS,
-    window_bound,
+    cost_reach,
+    window_bound_for_reach,
 )
 from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
@@ -241,13 +242,15 @@ def _ptr_lines(m: PTRQuantile | PTRMean | LadderPTR) -> list[str]:
         return [
             f"no proposed bound: {m.rungs} rungs b = {float(m.bounds[0]):.4g} … "
             f"{float(m.bounds[-1]):.4g} (×{m.ratio}), sparse vector with ε/2, threshold "
-            f"T = {m.threshold}; then + Laplace(b_j/(ε/2)); ⊥ if no rung passes"
+            f"T = {m.threshold}, distances capped at C = {m.cap}; then + Laplace(b_j/(ε/2)); "
+            "⊥ if no rung passes"
         ]
     c = m.calibration
     scale = c.mechanism.scale
     return [
-        f"proposed bound b = {float(c.bound):g}: pass iff D(x, b) + DLap(2/ε) ≥ T = "
-        f"{c.threshold}, else ⊥",
+        f"proposed bound b = {float(c.bound):g}: pass iff min(D(x, b), C) + DLap(2/ε) ≥ T = "
+        f"{c.threshold}, else ⊥ (the cap C = {c.cap}, where the test fails with probability "
+        "≤ 2^-64, lets it read only values near the rank)",
         f"release: + Laplace scale {scale:.4g} (b/(ε/2)), 95% error ±{scale * LN20:.4g}",
     ]
 
@@ -328,8 +331,11 @@ class PerPersonPlan:
                 )
             return "the distinct grid points on one worker (16 bytes each, up to one per person)"
         if isinstance(m, SmoothQuantile):
-            return _window_text(m)
-        return "every per-person value on one worker (8 bytes per person)"
+            return _window_text(m.q, cost_reach(m.beta))
+        if isinstance(m, PTRMean) or (isinstance(m, LadderPTR) and m.statistic == "mean"):
+            return "the person count and the exact clamped sum (no per-person values)"
+        assert m.q is not None
+        return _window_text(m.q, m.reach)
 
     def plan_lines(self) -> list[str]:
         m = self.mechanism
@@ -362,14 +368,15 @@ class PerPersonPlan:
 WINDOW_TEXT_LIMIT = 10**9  # a window bound past this is "every value" for any real log
 
 
-def _window_text(m: SmoothQuantile) -> str:
-    """The smooth-sensitivity quantile's releasing worker: the window of order statistics its
-    release reads (transforms/rank_window.py), bounded by β and q alone."""
-    bound = window_bound(m.q, m.beta)
+def _window_text(q: Fraction, reach: int) -> str:
+    """A quantile's releasing worker: the window of order statistics its release reads
+    (transforms/rank_window.py), bounded by the reach (from β, or PTR's distance cap) and q
+    alone."""
+    bound = window_bound_for_reach(q, reach)
     if bound > WINDOW_TEXT_LIMIT:  # q = a/b with a huge b: no values can be dropped
         return (
-            f"every per-person value on one worker (8 bytes per person): q = {m.q} has "
-            f"denominator {m.q.denominator:,}, so no value can be left out; a q with a small "
+            f"every per-person value on one worker (8 bytes per person): q = {q} has "
+            f"denominator {q.denominator:,}, so no value can be left out; a q with a small "
             "denominator (0.25, 0.9) keeps a window of the values"
         )
     return (

@@ -34,7 +34,7 @@ from userdp.pipelines.plan_text import print_plan
 from userdp.transforms.mechanisms.accounting import ZCDP, ApproxDP, PureDP, zcdp_budget_for
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
 from userdp.transforms.mechanisms.ptr_ladder import LadderPTR, LadderRelease
-from userdp.transforms.mechanisms.quantile_window import QuantileWindow
+from userdp.transforms.mechanisms.quantile_window import QuantileWindow, window_bound_for_reach
 from userdp.transforms.mechanisms.rng import ReleaseKey
 from userdp.transforms.mechanisms.smooth_sensitivity import (
     CauchyNoise,
@@ -291,9 +291,17 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
     assert "q90: share (ε=0.2, δ=0)\n" in text
     assert "quantile (q = 9/10) of per-person mean(duration_s)" in text
     assert "Cauchy-type 1/(1+|z|^4), β = ε'/(2(γ+1)) = 0.02; value + 50·S(x)·Z" in text
-    assert "proposed bound b = 2: pass iff D(x, b) + DLap(2/ε) ≥ T = " in text
+    assert "proposed bound b = 2: pass iff min(D(x, b), C) + DLap(2/ε) ≥ T = " in text
     assert "release: + Laplace scale 20 (b/(ε/2))" in text
     assert "no proposed bound: 24 rungs b = 7.153e-05 … 600 (×2), sparse vector" in text
+    pm, pl = plan.queries[2].mechanism, plan.queries[3].mechanism
+    assert isinstance(pm, PTRMean) and isinstance(pl, LadderPTR)
+    assert f"else ⊥ (the cap C = {pm.calibration.cap}, where the test fails" in text
+    assert f"threshold T = {pl.threshold}, distances capped at C = {pl.cap};" in text
+    # what each releasing worker holds: the mean's sum, the ladder median's window
+    assert "memory: the person count and the exact clamped sum (no per-person values)" in text
+    bound = window_bound_for_reach(Fraction(1, 2), pl.reach)
+    assert f"memory: {bound:,} per-person values around the rank on one worker" in text
     assert "top_partition by domain: the partition with the most persons" in text
 
     entries = plan.to_manifest()["queries"]
@@ -306,6 +314,8 @@ def test_plan_reports_beta_noise_rule_and_guarantee(tmp_path: Path) -> None:
     assert med["guarantee"]["kind"] == "approx"
     assert med["guarantee"]["neighbouring"] == "add/remove one person"
     assert entries[2]["mechanism"]["mechanism"] == "propose_test_release"
+    assert entries[2]["mechanism"]["distance_cap"] == pm.calibration.cap
+    assert entries[2]["gathered"].startswith("the person count and the exact clamped sum")
     assert entries[2]["per_person"] == {"reduction": "max", "value": "duration_s"}
     assert entries[3]["mechanism"]["mechanism"] == "propose_test_release_ladder"
     assert entries[4]["by"] == ["domain"] and entries[4]["mechanism"]["mechanism"] == "stability"
@@ -453,6 +463,47 @@ def test_a_job_whose_window_drops_most_persons_releases_the_core_release(tmp_pat
         want = plan.mechanism.release(values, key.for_query(plan.name).rng("value"))
         rows = pq.read_table(result.outputs[plan.name]).to_pylist()
         assert rows == [{"value": want, "released": True}], plan.name
+
+
+def test_ptr_jobs_read_a_window_or_a_sum_and_release_the_core_release(tmp_path: Path) -> None:
+    """PTR's medians (a proposed bound, and the ladder) gather the window of their capped
+    distance, and its means only the count and exact sum: each released row is the core's
+    release on every person's value, for the same noise key."""
+    (tmp_path / "data").mkdir()
+    generate(3000, str(tmp_path / "data" / "logs.parquet"), seed=6)
+    base = {"per_person": "mean", "value": "duration_s", "bounds": [0, 600]}
+    queries = [
+        {**base, "name": "pmed", "metric": "ptr_median", "bound": 5.0},
+        {**base, "name": "lmed", "metric": "ptr_median"},
+        {**base, "name": "pmean", "metric": "ptr_mean", "bound": 1.0},
+        {**base, "name": "lmean", "metric": "ptr_mean"},
+    ]
+    cfg = parse_job(
+        {
+            "input": {"path": str(tmp_path / "data" / "*.parquet"), "person": "person_id"},
+            "budget": {"epsilon": 32.0, "delta": 1e-6},
+            "output": {"path": str(tmp_path / "release")},
+            "queries": queries,
+        }
+    )
+    key = ReleaseKey(TEST_SECRET)
+    result = run_release(cfg, release_key=key, noise=True, num_shards=4)
+    table = pq.read_table(tmp_path / "data" / "logs.parquet")
+    released = 0
+    for plan in plan_release(cfg).queries:
+        assert isinstance(plan, PerPersonPlan)
+        m = plan.mechanism
+        assert isinstance(m, (PTRQuantile, PTRMean, LadderPTR))
+        values = per_person(table, plan.reduction, "duration_s", plan.lower, plan.upper)
+        if not isinstance(m, PTRMean) and m.q is not None:
+            window = QuantileWindow.for_reach(len(values), m.q, m.reach)
+            assert window.size < len(values) / 5, plan.name
+        out = m.release(values, key.for_query(plan.name).rng("value"))
+        want = out.value if isinstance(out, LadderRelease) else out
+        rows = pq.read_table(result.outputs[plan.name]).to_pylist()
+        assert rows == [{"value": want, "released": want is not None}], plan.name
+        released += want is not None
+    assert released >= 3  # values were compared, not only ⊥
 
 
 def test_empty_input_gives_one_row_per_query(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.beam_collect import run_and_collect
 from userdp.transforms import rank_window as rw
-from userdp.transforms.mechanisms.quantile_window import QuantileWindow
+from userdp.transforms.mechanisms.quantile_window import QuantileWindow, cost_reach
 
 LO, HI = 0.0, 600.0
 
@@ -97,7 +97,9 @@ def test_the_beam_transform_gathers_the_window() -> None:
     q, beta = Fraction(1, 3), 0.7
     out = run_and_collect(
         lambda p: {
-            "w": p | beam.Create(shards, reshuffle=False) | rw.GatherQuantileWindow(q, beta, LO, HI)
+            "w": p
+            | beam.Create(shards, reshuffle=False)
+            | rw.GatherQuantileWindow(q, cost_reach(beta), LO, HI)
         }
     )
     window = QuantileWindow.for_release(3000, q, beta)

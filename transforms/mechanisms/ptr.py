@@ -5,14 +5,19 @@ PTR (Dwork & Lei 2009; seed ``lecture-ptr-lln-stability.txt`` §15.2, and
 
 1. D(x, b) = the fewest add/remove-one-person steps from x to a data set whose local sensitivity
    reaches b. D changes by at most 1 between neighbours.
-2. Test: pass iff D(x, b) + Z ≥ T, Z exact discrete Laplace of scale 1/ε_test; T is the smallest
-   integer with P(Z ≥ T) = e^(−ε_test·T)/(1 + e^(−ε_test)) ≤ δ (the seed's continuous test with
-   threshold ln(1/δ)/ε, made exact: D is an integer).
+2. Test: pass iff min(D(x, b), C) + Z ≥ T, Z exact discrete Laplace of scale 1/ε_test; T is the
+   smallest integer with P(Z ≥ T) = e^(−ε_test·T)/(1 + e^(−ε_test)) ≤ δ (the seed's continuous
+   test with threshold ln(1/δ)/ε, made exact: D is an integer). The public cap C = T + R, with
+   P(Z ≤ −R) ≤ 2^−64 (:func:`distance_cap`), changes a pass's probability by at most 2^−64, and
+   lets the release read only the order statistics near the quantile's rank
+   (:mod:`.quantile_window`; docs/local_sensitivity.md §6).
 3. On a pass release f(x) + Laplace(b/ε_release) (:class:`~.additive.LaplaceMechanism`, exact);
    otherwise ⊥ (``None``).
 
 Guarantee: (ε_test + ε_release, δ)-DP for add/remove one person (seed, Proposition 15.5: if
-D(x) ≥ 1 then LS(x) < b and both steps are DP; if D(x) = 0 a release happens w.p. ≤ δ). The
+D(x) ≥ 1 then LS(x) < b and both steps are DP; if D(x) = 0 a release happens w.p. ≤ δ). The cap
+keeps both premises: min(D, C) changes by at most 1 between neighbours (the minimum of a
+1-Lipschitz function and a constant), and min(D, C) ≥ 1 exactly when D ≥ 1 (C ≥ T ≥ 1). The
 budget is spent whether or not ⊥ comes out; ⊥ is an ordinary, private outcome.
 
 :class:`.ptr_ladder.LadderPTR` needs no hand-picked b: it tests a geometric ladder of bounds with
@@ -45,6 +50,9 @@ from .threshold_search import first_threshold
 
 INFINITE_DISTANCE = 1 << 62
 """Stands for D = ∞ (no data set reaches the bound): a constant, so its sensitivity is 0."""
+
+CAP_SLACK = Fraction(1, 1 << 64)
+"""How much capping the distance may change a test's pass probability (:func:`distance_cap`)."""
 
 _BUDGET_HINT = "every query needs a positive share of the budget"
 
@@ -86,6 +94,22 @@ def distance_threshold(epsilon: Fraction, delta: Fraction) -> int:
     return first_threshold(lambda t: laplace_tail(epsilon, t) <= delta)
 
 
+def distance_cap(threshold: int, epsilon: Fraction) -> int:
+    """C = T + R, R the smallest integer ≥ 1 with P(Z ≤ −R) ≤ 2^−64 for Z ~ discrete Laplace of
+    scale 1/ε: a test of min(D, C) passes whenever the test of D does, except with probability
+    ≤ 2^−64 (both pass when D < C; when D ≥ C, the capped test fails only if Z < T − C = −R).
+
+    Public (ε and T are), so the window of order statistics the capped distance reads is public
+    too: every gap of cost ≤ C − 1 (:meth:`.quantile_window.QuantileWindow.for_reach`)."""
+    slack = first_threshold(lambda r: laplace_tail(epsilon, r) <= CAP_SLACK)  # Z symmetric
+    return threshold + slack
+
+
+def capped(distance: int | None, cap: int) -> int | None:
+    """min(D, C); None (D = ∞, the same for every data set) stays None."""
+    return None if distance is None else min(distance, cap)
+
+
 def passes_test(distance: int | None, epsilon: Fraction, threshold: int, rng: KeyedRng) -> bool:
     """D + Z ≥ T for Z ~ discrete Laplace(1/ε) (ε-DP in D, whose sensitivity is 1). A distance of
     None (∞) passes without drawing: it is the same for every data set."""
@@ -94,20 +118,65 @@ def passes_test(distance: int | None, epsilon: Fraction, threshold: int, rng: Ke
     return distance + discrete_laplace(rng, 1 / epsilon) >= threshold
 
 
+def exact_sum(values: ArrayLike) -> Fraction:
+    """Σ values exactly, as a Fraction (finite float64 values; order does not matter).
+
+    Each float is m·2^s with an integer |m| < 2^53 (``frexp``); values sharing s are summed in
+    int64 as two 27-bit halves of m (|half| < 2^27, so up to 2^35 values cannot overflow), and
+    the at most ~2,100 exponents' sums are combined in Python integers. Vectorised: a Python
+    loop over 10^7 values took seconds.
+    """
+    xs = np.asarray(values, dtype=np.float64).ravel()
+    if len(xs) == 0:
+        return Fraction(0)
+    mant, expo = np.frexp(xs)
+    ints = (mant * 2.0**53).astype(np.int64)  # exact: |mant| < 1
+    shifts = expo.astype(np.int64) - 53
+    order = np.argsort(shifts, kind="stable")
+    ints, shifts = ints[order], shifts[order]
+    starts = np.flatnonzero(np.concatenate(([True], shifts[1:] != shifts[:-1])))
+    high = np.add.reduceat(ints >> 27, starts)  # floor division: ints = high·2^27 + low
+    low = np.add.reduceat(ints & ((1 << 27) - 1), starts)
+    base = int(shifts[0])
+    total = sum(
+        ((int(h) << 27) + int(lo)) << (int(s) - base)
+        for h, lo, s in zip(high, low, shifts[starts], strict=True)
+    )
+    return Fraction(total) * Fraction(2) ** base
+
+
 def exact_mean(xs: np.ndarray, lower: float, upper: float) -> Fraction:
     """The exact mean of clamped float values as a Fraction; (lower + upper)/2 for none.
 
     Exact, so two neighbouring means differ by exactly what the sensitivity analysis says (a
-    rounded float sum could differ by a few more ulps). Floats are summed as integers.
+    rounded float sum could differ by a few more ulps).
     """
-    if len(xs) == 0:
-        return (Fraction(lower) + Fraction(upper)) / 2
-    mant, expo = np.frexp(xs)
-    ints = (mant * 2.0**53).astype(np.int64)  # exact: |mant| < 1
-    shifts = (expo - 53).astype(np.int64)
-    base = int(shifts.min())
-    total = sum(int(m) << (int(s) - base) for m, s in zip(ints, shifts, strict=True))
-    return Fraction(total) * Fraction(2) ** base / len(xs)
+    return ClampedSum.of(xs, lower, upper).mean(lower, upper)
+
+
+@dataclass(frozen=True)
+class ClampedSum:
+    """All a mean's release reads: the count n and the exact sum of the values clamped to
+    [lower, upper]. Mergeable (a Beam accumulator), and exact, so the result does not depend on
+    how the values are split."""
+
+    count: int
+    total: Fraction
+
+    @classmethod
+    def of(cls, values: ArrayLike, lower: float, upper: float) -> ClampedSum:
+        xs = np.asarray(values, dtype=np.float64).ravel()
+        if np.isnan(xs).any():
+            raise ValueError("values contain NaN; drop or replace them before the release")
+        return cls(len(xs), exact_sum(np.clip(xs, lower, upper)))
+
+    def merge(self, other: ClampedSum) -> ClampedSum:
+        return ClampedSum(self.count + other.count, self.total + other.total)
+
+    def mean(self, lower: float, upper: float) -> Fraction:
+        if self.count == 0:
+            return (Fraction(lower) + Fraction(upper)) / 2
+        return self.total / self.count
 
 
 def mean_distance(n: int, lower: float, upper: float, bound: Fraction) -> int | None:
@@ -129,9 +198,10 @@ def mean_distance(n: int, lower: float, upper: float, bound: Fraction) -> int | 
 class PTRCalibration:
     """The public numbers of one PTR release: ε split evenly between test and release.
 
-    ``threshold`` is T for the test at ε/2 and δ; ``mechanism`` adds Laplace(b/(ε/2)) exactly;
-    ``test_bound`` is b rounded down to a float, for comparing float gaps (so a gap that passes
-    as < test_bound is < b exactly).
+    ``threshold`` is T for the test at ε/2 and δ; ``cap`` is C, the distance's public cap
+    (:func:`distance_cap`); ``mechanism`` adds Laplace(b/(ε/2)) exactly; ``test_bound`` is b
+    rounded down to a float, for comparing float gaps (so a gap that passes as < test_bound is
+    < b exactly).
 
     Guarantee of a release made with it: (ε, δ)-DP for add/remove one person (seed
     ``lecture-ptr-lln-stability.txt``, Proposition 15.5; module docstring).
@@ -141,6 +211,7 @@ class PTRCalibration:
     delta: Fraction
     bound: Fraction
     threshold: int
+    cap: int
     test_bound: float
     mechanism: LaplaceMechanism = field(repr=False)
 
@@ -155,11 +226,14 @@ class PTRCalibration:
             )
         half = eps / 2
         mechanism = LaplaceMechanism(float_up(b), float_down(half))  # more noise, never less
-        return cls(eps, d, b, distance_threshold(half, d), float_down(b), mechanism)
+        threshold = distance_threshold(half, d)
+        cap = distance_cap(threshold, half)
+        return cls(eps, d, b, threshold, cap, float_down(b), mechanism)
 
     def finish(self, distance: int | None, value: float | Fraction, rng: KeyedRng) -> float | None:
-        """Test, then release or ⊥; the test's noise is drawn first, from the same stream."""
-        if not passes_test(distance, self.epsilon / 2, self.threshold, rng):
+        """Test min(D, C), then release or ⊥; the test's noise is drawn first, from the same
+        stream."""
+        if not passes_test(capped(distance, self.cap), self.epsilon / 2, self.threshold, rng):
             return None
         return self.mechanism.release(value, rng)
 
@@ -169,6 +243,7 @@ class PTRCalibration:
             "epsilon_test": float(self.epsilon / 2),
             "epsilon_release": float(self.epsilon / 2),
             "threshold": self.threshold,
+            "distance_cap": self.cap,
             "guarantee": ApproxDP(self.epsilon, self.delta).to_manifest(),
         }
 
@@ -186,7 +261,9 @@ class PTRQuantile:
 
     Guarantee: (ε, δ)-DP for add/remove one person, ε split evenly between the test and the
     Laplace(b/(ε/2)) release (module docstring; distance: docs/local_sensitivity.md §6).
-    ``release`` returns None (⊥) when the test fails.
+    ``release`` returns None (⊥) when the test fails. It reads the gaps of cost < C only, so the
+    release on ``QuantileWindow.for_reach(n, q, reach)``'s values is the release on all values,
+    bit for bit (:mod:`.quantile_window`).
     """
 
     q: Fraction
@@ -216,8 +293,13 @@ class PTRQuantile:
     def guarantee(self) -> ApproxDP:
         return ApproxDP(self.epsilon, self.delta)
 
+    @property
+    def reach(self) -> int:
+        """The largest gap cost the capped test reads: C − 1 (a distance ≥ C counts as C)."""
+        return self.calibration.cap - 1
+
     def distance(self, xs: np.ndarray) -> int | None:
-        """D(x, b) (not private)."""
+        """D(x, b), uncapped (not private)."""
         b = self.calibration.test_bound
         return distance_to_sensitivity(xs, q=self.q, lower=self.lower, upper=self.upper, bound=b)
 
@@ -264,9 +346,13 @@ class PTRMean:
         return ApproxDP(self.epsilon, self.delta)
 
     def release(self, values: ArrayLike, rng: KeyedRng) -> float | None:
-        xs = sorted_clamped(values, self.lower, self.upper)
-        d = mean_distance(len(xs), self.lower, self.upper, self.bound)
-        return self.calibration.finish(d, exact_mean(xs, self.lower, self.upper), rng)
+        return self.release_sum(ClampedSum.of(values, self.lower, self.upper), rng)
+
+    def release_sum(self, clamped: ClampedSum, rng: KeyedRng) -> float | None:
+        """The release from the count and exact clamped sum alone (all it reads): a Beam
+        pipeline combines those instead of gathering the values."""
+        d = mean_distance(clamped.count, self.lower, self.upper, self.bound)
+        return self.calibration.finish(d, clamped.mean(self.lower, self.upper), rng)
 
     def to_manifest(self) -> dict[str, object]:
         return {

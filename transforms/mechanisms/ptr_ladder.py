@@ -1,19 +1,22 @@
 """Propose-test-release without a proposed bound: a geometric ladder tested with sparse vector.
 
 The rungs b_0 < … < b_{J−1} = hi − lo are tested in order with AboveThreshold (Dwork & Roth 2014,
-Alg. 1 / Thm. 3.23) on the queries D(x, b_j) of :mod:`.ptr` (sensitivity 1 each), with exact
-discrete Laplace noise; the first rung that passes sets the Laplace release's scale. The δ covers
-every rung: P(a rung with D(x, b_j) = 0 is selected) ≤ J·P(ν − ρ ≥ T) ≤ δ
-(docs/local_sensitivity.md §6). Neighbouring relation: add/remove one person.
+Alg. 1 / Thm. 3.23) on the queries min(D(x, b_j), C) of :mod:`.ptr` (sensitivity 1 each), with
+exact discrete Laplace noise; the first rung that passes sets the Laplace release's scale. The δ
+covers every rung: P(a rung with D(x, b_j) = 0 is selected) ≤ J·P(ν − ρ ≥ T) ≤ δ
+(docs/local_sensitivity.md §6). The public cap C = T + R, P(ν − ρ ≤ −R) ≤ 2^−64, changes each
+rung's outcome with probability at most 2^−64 and lets a quantile's release read only a window of
+order statistics (:mod:`.quantile_window`). Neighbouring relation: add/remove one person.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,10 +26,12 @@ from .additive import LaplaceMechanism
 from .checks import Rational, as_fraction
 from .discrete import discrete_laplace
 from .ptr import (
+    CAP_SLACK,
     INFINITE_DISTANCE,
+    ClampedSum,
+    capped,
     check_delta,
     check_epsilon,
-    exact_mean,
     mean_distance,
 )
 from .quantile_sensitivity import (
@@ -107,7 +112,9 @@ class LadderPTR:
     AboveThreshold over the queries D(x, b_0), …, D(x, b_{J−1}) (sensitivity 1 each): noisy
     threshold T + ρ, ρ ~ DLap(2/ε_svt); the first j with D(x, b_j) + ν_j ≥ T + ρ,
     ν_j ~ DLap(4/ε_svt), is selected (ε_svt-DP, Dwork & Roth 2014 Thm. 3.23; exact integers keep
-    the proof's shifts). Then f(x) + Laplace(b_j/ε_release). None selected: ⊥.
+    the proof's shifts). Then f(x) + Laplace(b_j/ε_release). None selected: ⊥. A quantile's
+    distances are capped at ``cap`` (module docstring), so its release reads only the gaps of
+    cost ≤ ``reach``; a mean's read only n (and the release the exact clamped sum).
 
     Guarantee: (ε, δ)-DP for add/remove one person, ε = ε_svt + ε_release (split evenly). The
     release step is ε_release-DP whenever D(x, b_j) ≥ 1, and P(a rung with D(x, b_j) = 0 is
@@ -132,6 +139,7 @@ class LadderPTR:
     ratio: Fraction
     bounds: tuple[Fraction, ...]
     threshold: int
+    cap: int
     mechanisms: tuple[LaplaceMechanism, ...] = field(repr=False, compare=False)
 
     def __init__(
@@ -169,6 +177,8 @@ class LadderPTR:
             # round to nearest in the ambient 28-digit context, past the bound's 10^−30)
             lambda t: svt_failure_bound(eps / 2, t) <= d / rungs
         )
+        # ν − ρ is symmetric, so P(ν − ρ ≤ −R) = P(ν − ρ ≥ R)
+        slack = first_threshold(lambda r: svt_failure_bound(eps / 2, r) <= CAP_SLACK)
         fields = {
             "statistic": statistic,
             "lower": lo,
@@ -180,6 +190,7 @@ class LadderPTR:
             "ratio": r,
             "bounds": bounds,
             "threshold": t,
+            "cap": t + slack,
             "mechanisms": mechanisms,
         }
         for name, v in fields.items():
@@ -189,30 +200,58 @@ class LadderPTR:
     def guarantee(self) -> ApproxDP:
         return ApproxDP(self.epsilon, self.delta)
 
-    def _distances(self, xs: np.ndarray, j: int) -> int:
-        b = self.bounds[j]
-        if self.statistic == "mean":
-            d = mean_distance(len(xs), self.lower, self.upper, b)
-        else:
-            d = distance_to_sensitivity(
-                xs, q=self.q, lower=self.lower, upper=self.upper, bound=float_down(b)
-            )
+    @property
+    def reach(self) -> int:
+        """The largest gap cost a quantile's capped tests read: C − 1."""
+        return self.cap - 1
+
+    def _quantile_distance(self, xs: np.ndarray, j: int) -> int:
+        d = distance_to_sensitivity(
+            xs, q=self.q, lower=self.lower, upper=self.upper, bound=float_down(self.bounds[j])
+        )
+        return INFINITE_DISTANCE if d is None else cast(int, capped(d, self.cap))
+
+    def _mean_distance(self, n: int, j: int) -> int:
+        d = mean_distance(n, self.lower, self.upper, self.bounds[j])
         return INFINITE_DISTANCE if d is None else d
 
     def release(self, values: ArrayLike, rng: KeyedRng) -> LadderRelease:
+        if self.statistic == "mean":
+            return self.release_sum(ClampedSum.of(values, self.lower, self.upper), rng)
+        assert self.q is not None
         xs = sorted_clamped(values, self.lower, self.upper)
+        q = self.q
+        return self._climb(
+            lambda j: self._quantile_distance(xs, j),
+            lambda: quantile_of_sorted(xs, q, self.lower),
+            rng,
+        )
+
+    def release_sum(self, clamped: ClampedSum, rng: KeyedRng) -> LadderRelease:
+        """A mean's release from the count and exact clamped sum alone (all it reads)."""
+        if self.statistic != "mean":
+            raise ValueError("release_sum is for statistic='mean'; a quantile reads its values")
+        return self._climb(
+            lambda j: self._mean_distance(clamped.count, j),
+            lambda: clamped.mean(self.lower, self.upper),
+            rng,
+        )
+
+    def _climb(
+        self,
+        distance: Callable[[int], int],
+        statistic: Callable[[], float | Fraction],
+        rng: KeyedRng,
+    ) -> LadderRelease:
+        """AboveThreshold up the rungs, then the selected rung's Laplace release."""
         eps_svt = self.epsilon / 2
         noisy_threshold = self.threshold + discrete_laplace(rng, 2 / eps_svt)
         for j in range(self.rungs):
-            if self._distances(xs, j) + discrete_laplace(rng, 4 / eps_svt) >= noisy_threshold:
-                b = self.bounds[j]
-                if self.statistic == "mean":
-                    value: float | Fraction = exact_mean(xs, self.lower, self.upper)
-                else:
-                    assert self.q is not None
-                    value = quantile_of_sorted(xs, self.q, self.lower)
-                noisy = self.mechanisms[j].release(value, rng)  # built and checked in __init__
-                return LadderRelease(noisy, float(b))
+            if distance(j) + discrete_laplace(rng, 4 / eps_svt) >= noisy_threshold:
+                noisy = self.mechanisms[j].release(
+                    statistic(), rng
+                )  # built and checked in __init__
+                return LadderRelease(noisy, float(self.bounds[j]))
         return LadderRelease(None, None)
 
     def to_manifest(self) -> dict[str, object]:
@@ -222,6 +261,7 @@ class LadderPTR:
             **({"q": str(self.q)} if self.q is not None else {}),
             "rungs": [float(b) for b in self.bounds],
             "threshold": self.threshold,
+            "distance_cap": self.cap,
             "epsilon_svt": float(self.epsilon / 2),
             "epsilon_release": float(self.epsilon / 2),
             "bounds": [self.lower, self.upper],

@@ -75,11 +75,18 @@ class QuantileWindow:
     @classmethod
     def for_release(cls, n: int, q: object, beta: float) -> QuantileWindow:
         """The narrowest window of the module docstring for n values, quantile q, smoothness β."""
+        return cls.for_reach(n, q, cost_reach(beta))
+
+    @classmethod
+    def for_reach(cls, n: int, q: object, reach: int) -> QuantileWindow:
+        """The narrowest window that holds every gap of cost ≤ ``reach`` of n values exactly (and
+        whose other gaps cost more): the smooth release's K, or PTR's capped distance
+        (:func:`~.ptr.distance_cap`) less one."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a count (an int ≥ 0), got {n!r}")
+        k = _check_reach(reach)
         qf = as_quantile(q)
         a, b = qf.numerator, qf.denominator
-        k = cost_reach(beta)
         m_half = max(qf, 1 - qf)
         i_low = math.ceil(qf * n - (k + 1) * m_half)  # every gap of cost ≤ K has i ≥ i_low
         j_high = math.ceil(qf * n + (k + 1) * m_half)  # … and j ≤ j_high
@@ -103,10 +110,22 @@ class QuantileWindow:
 
 def window_bound(q: object, beta: float) -> int:
     """An upper bound on ``QuantileWindow.for_release(n, q, beta).size`` for every n (public: for
-    the plan's memory line). The size is n − m·b = max(n − b·X, n − b·Y) for the two limits X, Y
-    of m; with i_low ≥ qn − (K + 1)M and n − j_high > (1 − q)n − (K + 1)M − 1 each is at most
-    (K + 1)·M / q + b, resp. (K + 1)·M / (1 − q) + b."""
+    the plan's memory line); :func:`window_bound_for_reach` with K = :func:`cost_reach` (β)."""
+    return window_bound_for_reach(q, cost_reach(beta))
+
+
+def window_bound_for_reach(q: object, reach: int) -> int:
+    """An upper bound on ``QuantileWindow.for_reach(n, q, reach).size`` for every n. The size is
+    n − m·b = max(n − b·X, n − b·Y) for the two limits X, Y of m; with i_low ≥ qn − (K + 1)M and
+    n − j_high > (1 − q)n − (K + 1)M − 1 each is at most (K + 1)·M / q + b, resp.
+    (K + 1)·M / (1 − q) + b."""
     qf = as_quantile(q)
-    k = cost_reach(beta)
+    k = _check_reach(reach)
     m_half = max(qf, 1 - qf)
     return math.ceil((k + 1) * m_half / min(qf, 1 - qf)) + qf.denominator
+
+
+def _check_reach(reach: object) -> int:
+    if isinstance(reach, bool) or not isinstance(reach, int) or reach < 0:
+        raise ValueError(f"reach must be a gap cost (an int ≥ 0), got {reach!r}")
+    return reach
