@@ -65,6 +65,23 @@ class ConfigError(ValueError):
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()
 MAX_INTEGER = 2**53  # Validator.integer's cap
+EXACT_BITS = 1100
+"""An exact number's denominator stays below 2^1100 (~330 digits): every float and every decimal
+a person writes fits (a float's is at most 2^1074), while δ = 1e-20000 or ε written with
+thousands of digits made the exact rules built from them — selection tables, thresholds, their
+manifest entries — grow until planning took minutes or failed on printing. (Numerators are left
+to each key's range check: a budget is at most 1,000, a grid's top below 1.8e308.)"""
+TOO_EXACT = (
+    "an exact number written with hundreds of digits, or below ~1e-330, grows the arithmetic "
+    "built from it until planning hangs; round it (a budget down: a smaller ε or δ is always safe)"
+)
+
+
+def is_modest_fraction(f: Fraction) -> bool:
+    """Is f's denominator below 2^EXACT_BITS?"""
+    return f.denominator.bit_length() <= EXACT_BITS
+
+
 _CONTRIBUTION_HINT = (
     "a contribution bound: choose it from what one person plausibly contributes, not from the data"
 )
@@ -199,7 +216,11 @@ class Validator:
             if below_one:
                 allowed = "a number in (0, 1)" if positive else "a number in [0, 1)"
             self.fail(key, x, allowed, hint or "budgets are exact decimals, e.g. 1.0 or 1e-6")
-        return Fraction(f)
+        exact = Fraction(f)
+        if not is_modest_fraction(exact):
+            self.fail(key, _abbreviated(x), f"a number of at most ~330 digits (2^{EXACT_BITS})",
+                      TOO_EXACT)  # fmt: skip
+        return exact
 
     def resolve(self, path: str) -> str:
         """A job file's path: relative ones from the job file's directory; ``file://`` is a local
@@ -308,3 +329,12 @@ def parse_shares(
     if delta_under_epsilon is not None and b.rho is None and no_delta:
         v.fail(*delta_under_epsilon)
     return eps, delta, rho
+
+
+def _abbreviated(x: object) -> object:
+    """A number too long to print whole (str() of a 5,000-digit int fails): its first characters.
+    A job file's exact Fraction is shown as its float (:func:`shown`)."""
+    if isinstance(x, Fraction):
+        return x
+    text = repr(x) if not isinstance(x, int) or x.bit_length() < 4000 else "a huge integer"
+    return text if len(text) <= 60 else text[:40] + f"… ({len(text):,} characters)"

@@ -19,6 +19,7 @@ import sys
 from fractions import Fraction
 from typing import Any, TextIO
 
+from .config_fields import is_modest_fraction
 from .ledger import (
     EACH_PERIOD,
     POSTGRES_SCHEMES,
@@ -112,6 +113,8 @@ def _exact(text: str, name: str) -> Fraction:
         ) from e
     if x < 0:
         raise ValueError(f"--{name} = {text!r}: expected a number ≥ 0")
+    if not is_modest_fraction(x):  # as a job file's budget (config_fields.EXACT_BITS)
+        raise ValueError(f"--{name} = {text[:40]!r}…: expected a number of at most ~330 digits")
     return x
 
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from .config import MAX_EPSILON, TOO_LARGE_BUDGET, ConfigError, load_job
+from .config_fields import TOO_EXACT, is_modest_fraction
 from .entry import print_summary
 from .interrupts import RunInterrupted, exit_code
 
@@ -47,6 +48,10 @@ def _epsilon(text: str | None) -> Fraction | None:
         raise ConfigError("--epsilon", text, "a positive number, e.g. 0.1")
     if eps > MAX_EPSILON:  # as a job file's budget (config.MAX_EPSILON)
         raise ConfigError("--epsilon", text, f"at most {int(MAX_EPSILON):,}", TOO_LARGE_BUDGET)
+    if not is_modest_fraction(eps):  # as a job file's budget (config_fields.EXACT_BITS)
+        raise ConfigError(
+            "--epsilon", text[:40] + "…", "a number of at most ~330 digits", TOO_EXACT
+        )
     return eps
 
 

@@ -154,6 +154,21 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"budget\.rho = 500000000000.0: .*\(0, 500,000\]",
         ),
         (job(budget={"epsilon": 1.0, "delta": 1.5}), r"budget\.delta = 1\.5: expected a number in"),
+        # an exact δ of 1e-2000 planned for 40 s, 1e-20000 failed printing its manifest entry;
+        # ε written with 3,000 digits (a job file's decimals are exact) slowed every rule
+        (
+            job(budget={"epsilon": 1.0, "delta": Fraction(1, 10**2000)}),
+            r"budget\.delta = 0\.0: expected a number of at most ~330 digits \(2\^1100\)\. an "
+            r"exact number written with hundreds of digits, or below ~1e-330",
+        ),
+        (
+            job(budget={"epsilon": Fraction(10**3000 // 3, 10**3000)}),
+            r"budget\.epsilon = 0\.333.*: expected a number of at most ~330 digits",
+        ),
+        (
+            query(0, epsilon=Fraction(1, 3 * 2**1100)),
+            r"queries\[0\]\.epsilon = .*: expected a number of at most ~330 digits",
+        ),
         (
             job(runner={"name": "spark"}),
             r"runner\.name = 'spark': expected one of direct, portable",

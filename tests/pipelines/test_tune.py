@@ -355,12 +355,13 @@ def test_the_ledger_books_the_tuning_spend_and_refuses_an_overspend(
      ("abc", r"--epsilon = 'abc': expected a positive number"),
      # noise scales no float holds: exit 1 on a worker, after the charge (CLI audit)
      ("1e-300", r"--epsilon = '1e-300': expected an ε whose noise scales a float can hold"),
-     ("1e400", r"--epsilon = '1e400': expected at most 1,000\. a budget this large promises")],
+     ("1e400", r"--epsilon = '1e400': expected at most 1,000\. a budget this large promises"),
+     ("0." + "3" * 400, r"--epsilon = '0\.3{38}…': expected a number of at most ~330 digits")],
 )  # fmt: skip
 def test_misuse_is_refused_by_name(
     logs: Path, flag: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_job(logs, f"misuse-{flag}")
+    path = write_job(logs, f"misuse-{flag[:12]}")
     assert main(["tune", str(path), "--epsilon", flag]) == 2
     assert re.search(message, capsys.readouterr().err)
 

@@ -231,6 +231,12 @@ def test_budgets_take_exact_decimals_as_they_are() -> None:
     assert budget.guarantee() == dp.Budget(epsilon=0.1, delta=1e-6).guarantee()
     with pytest.raises(ConfigError, match=r"budget\.epsilon = Decimal\('NaN'\): expected a finite"):
         dp.Budget(epsilon=Decimal("NaN"))
+    # exact, but too exact to plan with: δ = 1e-2000 planned for 40 s, 1e-20000 crashed
+    with pytest.raises(ConfigError, match=r"budget\.delta = .*1E-20000.*at most ~330 digits"):
+        dp.Budget(epsilon=1, delta=Decimal("1e-20000"))
+    with pytest.raises(ConfigError, match=r"Decimal\('0\.3333.*… \(3,013 characters\)"):
+        dp.Budget(epsilon=Decimal("0." + "3" * 3000))
+    assert dp.Budget(epsilon=1, delta=Decimal("1e-320")).guarantee()  # a float's range is fine
 
 
 def test_aggregate_takes_no_share_of_its_own() -> None:
