@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import pytest
 
+from userdp.transforms.mechanisms import selection_choice
 from userdp.transforms.mechanisms.accounting import ZCDP, zcdp_to_approx
 from userdp.transforms.mechanisms.partition_selection import (
     GaussianThresholding,
@@ -15,6 +16,7 @@ from userdp.transforms.mechanisms.selection_choice import (
     GAUSSIAN_DELTA_SPLITS,
     best_selection,
     gaussian_selection,
+    geometric_half_keep_floor,
 )
 
 DELTA = Fraction(1, 10**6)
@@ -74,3 +76,36 @@ def test_a_gaussian_candidate_too_wide_to_tabulate_is_skipped_not_fatal() -> Non
     a candidate it cannot build."""
     rule = best_selection(1e-300, 1e-3, 1)
     assert isinstance(rule, TruncatedGeometricSelection) and rule.half_keep_count == 500
+
+
+@pytest.mark.parametrize("epsilon", ["1/20", "1", "8", "200", "5000"])
+@pytest.mark.parametrize("delta", [Fraction(1, 10**6), Fraction(1, 10**12), Fraction(1, 10**300)])
+def test_the_floor_is_below_the_optimal_rules_half_keep_count_and_close_to_it(
+    epsilon: str, delta: Fraction
+) -> None:
+    """The bound that lets the chooser skip the table: never above the count it bounds (else a
+    rule that would win could be skipped), and within 1% of it wherever the table is long."""
+    for L in (1, 3, 30):
+        actual = TruncatedGeometricSelection(Fraction(epsilon), delta, L).half_keep_count
+        floor = geometric_half_keep_floor(Fraction(epsilon), delta, L)
+        assert floor <= actual, (epsilon, delta, L)
+        if actual >= 100:
+            assert floor >= 0.99 * actual, (epsilon, delta, L)
+
+
+def test_a_large_L_is_chosen_without_building_the_optimal_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """L = 10^6 at ε = 1, δ = 10^−7: the optimal rule's table (ε' = 10^−6) took minutes and then
+    passed 10^7 entries, failing with advice the library had no parameter for, although Gaussian
+    thresholding was always going to win. Its half-keep count's floor says so without the table."""
+
+    def no_table(*args: object) -> TruncatedGeometricSelection:
+        raise AssertionError("the optimal rule's table was built")
+
+    monkeypatch.setattr(selection_choice, "TruncatedGeometricSelection", no_table)
+    delta = Fraction(1, 10**7)
+    for epsilon, L in ((Fraction(1), 10**6), (Fraction(1, 100), 10**5), (Fraction(1, 10), 1000)):
+        rule = best_selection(epsilon, delta, L)
+        assert isinstance(rule, GaussianThresholding) and rule.max_partitions_per_person == L
+        assert geometric_half_keep_floor(epsilon, delta, L) > rule.half_keep_count

@@ -55,7 +55,7 @@ class Decision(NamedTuple):
     noisy_count: int
 
 
-def _delta(x: Rational) -> Fraction:
+def check_delta(x: Rational) -> Fraction:
     f = as_fraction(x, "delta")
     if not 0 < f < 1:
         raise ValueError(
@@ -66,7 +66,7 @@ def _delta(x: Rational) -> Fraction:
     return f
 
 
-def _max_partitions(L: int) -> int:
+def check_max_partitions(L: int) -> int:
     if isinstance(L, bool) or not isinstance(L, int):
         raise TypeError(f"max_partitions_per_person must be an int, got {type(L).__name__} {L!r}")
     if L < 1:
@@ -134,7 +134,7 @@ class LaplaceThresholding:
 
     def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
         eps = positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
-        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        d, L = check_delta(delta), check_max_partitions(max_partitions_per_person)
         scale = Fraction(L) / eps
         for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
             object.__setattr__(self, name, value)
@@ -195,7 +195,7 @@ class GaussianThresholding:
 
     def __init__(self, rho: Rational, delta: Rational, max_partitions_per_person: int) -> None:
         r = positive(rho, "rho", "split the budget so that selection gets ρ > 0")
-        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        d, L = check_delta(delta), check_max_partitions(max_partitions_per_person)
         for name, value in (("rho", r), ("delta", d), ("max_partitions_per_person", L)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "sigma2", Fraction(L) / (2 * r))
@@ -274,7 +274,9 @@ def _optimal_table(eps: Fraction, delta: Fraction) -> tuple[Fraction, ...]:
             if len(table) > MAX_TERMS:
                 raise ValueError(
                     "the optimal selection table would exceed 10^7 entries; per-partition ε = "
-                    f"{float(eps):.3g} is too small: use GaussianThresholding, or a larger epsilon"
+                    f"{float(eps):.3g} (the selection's ε over max_partitions_per_person) is too "
+                    "small to select any partition usefully: give the selection a larger epsilon "
+                    "or lower max_partitions_per_person (or, in the core, use GaussianThresholding)"
                 )
     return tuple(table)
 
@@ -307,7 +309,7 @@ class TruncatedGeometricSelection:
 
     def __init__(self, epsilon: Rational, delta: Rational, max_partitions_per_person: int) -> None:
         eps = positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
-        d, L = _delta(delta), _max_partitions(max_partitions_per_person)
+        d, L = check_delta(delta), check_max_partitions(max_partitions_per_person)
         for name, value in (("epsilon", eps), ("delta", d), ("max_partitions_per_person", L)):
             object.__setattr__(self, name, value)
         table = _optimal_table(eps / L, d / L)

@@ -21,11 +21,18 @@ a tie. The choice reads no data, so it costs no budget. Measured gain: ``docs/ac
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from .accounting import ApproxDP, zcdp_budget_for
-from .checks import Rational, as_fraction
-from .partition_selection import GaussianThresholding, TruncatedGeometricSelection
+from .checks import Rational, as_fraction, positive
+from .partition_selection import (
+    TABLE_MAX_EPSILON,
+    GaussianThresholding,
+    TruncatedGeometricSelection,
+    check_delta,
+    check_max_partitions,
+)
 from .selection_tails import TooWideToTabulateError
 
 # Fractions of δ left to the Gaussian thresholding's own tail (the rest goes to the conversion).
@@ -45,18 +52,44 @@ def gaussian_selection(
     return GaussianThresholding(rho, d * tail, max_partitions_per_person)
 
 
+def geometric_half_keep_floor(epsilon: Fraction, delta: Fraction, max_partitions: int) -> float:
+    """A lower bound on ``TruncatedGeometricSelection(ε, δ, L).half_keep_count``, without its
+    table: every (ε', δ')-DP keep rule with π(0) = 0 has π(n) ≤ e^ε'·π(n−1) + δ', so
+    π(n) ≤ δ'·(e^(ε'n) − 1)/(e^ε' − 1), which stays below ½ while
+    n < ln(1 + (e^ε' − 1)/(2δ'))/ε' — and ln(x) ≤ ln(1 + x). Per-partition ε' = ε/L, δ' = δ/L.
+    Logs of the exact δ' (a Fraction far below a float's range is fine); shaved by 10^−9 for the
+    float rounding."""
+    eps = min(epsilon / max_partitions, TABLE_MAX_EPSILON)  # the table's own cap, per partition
+    d = delta / max_partitions
+    log_delta = math.log(d.numerator) - math.log(d.denominator)
+    bound = (math.log(math.expm1(float(eps))) - math.log(2) - log_delta) / float(eps)
+    return bound * (1 - 1e-9) - 1e-9
+
+
 def best_selection(
     epsilon: Rational, delta: Rational, max_partitions_per_person: int
 ) -> SelectionForApproxDP:
-    """The (ε, δ)-DP selection rule with the smallest half-keep count (module docstring)."""
-    best: SelectionForApproxDP = TruncatedGeometricSelection(
-        epsilon, delta, max_partitions_per_person
-    )
+    """The (ε, δ)-DP selection rule with the smallest half-keep count (module docstring).
+
+    The Gaussian candidates are built first: they are quick at every L. The optimal rule's table
+    has about ln(1/δ')/ε' entries (ε' = ε/L), minutes of exact arithmetic at large L or small ε,
+    so it is built only when a lower bound on its half-keep count
+    (:func:`geometric_half_keep_floor`) does not already lose to a Gaussian candidate — it then
+    cannot win, and the choice is the same as if it had been built."""
+    # the geometric rule's checks and messages, before any candidate is built
+    eps = positive(epsilon, "epsilon", "split the budget so that selection gets ε > 0")
+    d, L = check_delta(delta), check_max_partitions(max_partitions_per_person)
+    gaussian: GaussianThresholding | None = None
     for tail in GAUSSIAN_DELTA_SPLITS:
         try:
-            candidate = gaussian_selection(epsilon, delta, max_partitions_per_person, tail)
-        except TooWideToTabulateError:  # a tiny ε: the geometric rule stands (it is built)
+            candidate = gaussian_selection(eps, d, L, tail)
+        except TooWideToTabulateError:  # a tiny ε: only the geometric rule can serve
             continue
-        if candidate.half_keep_count < best.half_keep_count:
-            best = candidate
-    return best
+        if gaussian is None or candidate.half_keep_count < gaussian.half_keep_count:
+            gaussian = candidate
+    if gaussian is not None and geometric_half_keep_floor(eps, d, L) > gaussian.half_keep_count:
+        return gaussian  # (a tie would prefer the geometric rule: then it is built)
+    geometric = TruncatedGeometricSelection(eps, d, L)
+    if gaussian is not None and gaussian.half_keep_count < geometric.half_keep_count:
+        return gaussian
+    return geometric
