@@ -170,6 +170,15 @@ def job_plan_context(job: JobConfig, i: int, share: Budget, sel_delta: Fraction)
     )
 
 
+_ADVICE = "narrow the bounds or raise the budget"
+
+
+def _with_advice(reason: str) -> str:
+    """The overflow's reason and the advice, once (the core's message may already give it)."""
+    reason = reason.removesuffix("; " + _ADVICE)
+    return f"{reason}); {_ADVICE}"
+
+
 def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = None) -> KindPlan:
     """One query planned from its share, by its kind (``shared``: the selection of its group).
     The job file (after its split) and the library both plan through this one function."""
@@ -183,7 +192,7 @@ def plan_query(q: QueryConfig, ctx: PlanContext, shared: SelectionPlan | None = 
         raise ConfigError(
             ctx.key, str(ctx.share), "parameters whose noise fits a float",
             "a bound, range or budget puts a noise scale or a span past the largest float "
-            f"({e}); narrow the bounds or raise the budget", ctx.source,
+            f"({_with_advice(str(e))}", ctx.source,
         ) from e  # fmt: skip
     except (ValueError, ArithmeticError) as e:  # a mechanism refusing its public parameters
         # (a budget so small or large that its noise cannot be built): the job file's mistake,

@@ -130,17 +130,28 @@ def read_public_keys(q: QueryConfig, key: str, source: str) -> Keys:
         raise ConfigError(key, path, "hashable key values", "", source) from None
 
 
-def typed_public_keys(keys: Keys, by: Sequence[str], schema: InputSchema) -> Keys:
+def typed_public_keys(
+    keys: Keys, by: Sequence[str], schema: InputSchema, *, strict: bool = False
+) -> Keys:
     """``keys`` converted to the input types of the ``by`` columns, duplicates removed; two keys
     written differently that type alike (``"1"`` and ``"01"`` for an int column) are refused.
 
-    Raises ``ValueError`` (``"row N, column C: …"``, no value) for a key that cannot have its
-    column's type; :func:`check_public_keys` turns it into a ConfigError before the charge.
+    A key file's values are text, so text is read as the column's type (``"02"`` → 2, ``"1"`` →
+    True). ``strict``: the library's Python values, which are never converted — an int column
+    takes ints, a bool column bools, a string column strs (ByPerson converts no row either).
+
+    Raises ``ValueError`` (``"key N, column C: …"``, or ``"public_partitions[i], …"`` when
+    strict; no value) for a key that cannot have its column's type; :func:`check_public_keys`
+    turns it into a ConfigError before the charge.
     """
     types = dict(schema.keys)
     seen: dict[tuple[object, ...], int] = {}
     for n, key in enumerate(keys, start=1):
-        typed = tuple(_typed(types[c], v, n, c) for c, v in zip(by, key, strict=True))
+        where = f"public_partitions[{n - 1}]" if strict else f"key {n}"
+        typed = tuple(
+            _typed(types[c], v, f"{where}, column {c!r}", strict)
+            for c, v in zip(by, key, strict=True)
+        )
         if typed in seen and keys[seen[typed] - 1] != key:  # "1" and "01" for an int column
             raise ValueError(
                 f"key {n}: the same key as key {seen[typed]} once typed as the columns are "
@@ -150,21 +161,25 @@ def typed_public_keys(keys: Keys, by: Sequence[str], schema: InputSchema) -> Key
     return tuple(seen)
 
 
-def _typed(t: pa.DataType, v: Any, n: int, column: str) -> object:
+def _typed(t: pa.DataType, v: Any, where: str, strict: bool) -> object:
     import pyarrow as pa  # noqa: PLC0415 (planning never needs it)
 
-    where = f"key {n}, column {column!r}"
     if pa.types.is_boolean(t):
         if isinstance(v, bool):
             return v
-        if isinstance(v, str) and v.strip().lower() in _BOOL_TEXT:
+        if not strict and isinstance(v, str) and v.strip().lower() in _BOOL_TEXT:
             return _BOOL_TEXT[v.strip().lower()]
-        raise ValueError(f"{where}: not a boolean (true/false or 1/0)")
+        raise ValueError(
+            f"{where}: not a bool (True or False)"
+            if strict
+            else f"{where}: not a boolean (true/false or 1/0)"
+        )
     if pa.types.is_integer(t):
-        if isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
+        if not strict and isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
             v = int(v.strip())
         if isinstance(v, bool) or not isinstance(v, int) or not _INT64[0] <= v <= _INT64[1]:
-            raise ValueError(f"{where}: not an integer in the int64 range")
+            text = " (an int, not text)" if strict and isinstance(v, str) else ""
+            raise ValueError(f"{where}: not an integer in the int64 range{text}")
         return v
     if not isinstance(v, str):
         raise ValueError(f"{where}: not a string (the column is text)")

@@ -78,6 +78,6 @@ def check_key_types(
     if not set(by) <= set(dict(people.schema.keys)):
         return  # an undeclared column: the plan's own check names it
     try:
-        typed_public_keys(keys, by, people.schema)
+        typed_public_keys(keys, by, people.schema, strict=True)  # Python values: no text
     except ValueError as e:
-        raise ValueError(f"{label}: public_partitions: {e}") from None
+        raise ValueError(f"{label}: {e}") from None  # e names public_partitions[i]

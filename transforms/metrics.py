@@ -200,9 +200,10 @@ class _Metric(beam.PTransform[Any, Any]):
             if not no_private_selection(e, label):
                 raise
             # The job file's wording names a file of keys; the library takes them as a list.
+            kind = f"{what} with bound='auto'" if self._params.get("bound") == "auto" else what
             raise ValueError(
                 f"{label}: by={self._params.get('by')!r} needs public_partitions=[...] "
-                f"(the keys to release): {what} has no private partition selection"
+                f"(the keys to release): {kind} has no private partition selection"
             ) from None
         if self._public is not None:
             check_key_arity(self._public, q.by, label)
@@ -389,12 +390,14 @@ class SampleAggregate(_Metric):
     ``"module:function"``.
 
     The function receives one chunk of whole persons: a ``pyarrow.Table`` with ``__person__``
-    (the canonical person id) and the columns its ``ByPerson`` declares, sorted by every column
-    (a pandas DataFrame with ``input="pandas"``). It returns a float, or ``dimension`` floats
-    (a list, tuple or 1-D array). If it raises, or returns NaN, ±inf or the wrong shape, the
-    chunk answers the midpoint of ``range`` — silently, under ``exact_release`` too (which
-    chunks failed depends on the data, so it is never reported), and its prints, warnings and
-    logs are dropped. Try the function on a table of your own before a release."""
+    (the canonical person id) and the listed ``columns`` and ``key_columns`` only (each
+    declared by the ``ByPerson``), sorted by every column (a pandas DataFrame with
+    ``input="pandas"``). It returns a float, or one float per pair of ``range`` (a list, tuple
+    or 1-D array; ``range`` is ``[lo, hi]`` or a list of such pairs, one per coordinate). If it
+    raises, or returns NaN, ±inf or the wrong shape, the chunk answers the midpoint of
+    ``range`` — silently, under ``exact_release`` too (which chunks failed depends on the data,
+    so it is never reported), and its prints, warnings and logs are dropped. Try the function on
+    a table of your own before a release."""
 
     metric = "sample_aggregate"
 

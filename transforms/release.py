@@ -131,6 +131,13 @@ class Release:
     Use one release per pipeline and per publication: every transform applied to
     ``release.ByPerson(...)``'s output spends part of ``budget`` when it is applied, and a
     second Release in the same pipeline is refused when it is first applied.
+
+    Every Release draws new noise (a fresh nonce, mixed with the key file when there is one), so
+    running a pipeline again publishes an independent answer and spends ``budget`` again: the
+    library keeps no record of releases. Scheduled releases whose re-runs must redraw the same
+    noise and not overspend go through a job file with a ``[ledger]`` (README, "The budget
+    ledger"), which pins the noise per release id and refuses a re-run on changed inputs —
+    pinning it here, without that check, would let a re-run on changed data publish the change.
     """
 
     def __init__(self, budget: Budget, *, secret_path: str | None = None) -> None:

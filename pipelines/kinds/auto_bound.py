@@ -106,6 +106,11 @@ class AutoBoundKind:
 
     def parse(self, s: QuerySection) -> QueryConfig:
         metric = s.choice("metric", self.metrics)
+        for fixed in ("max_rows_per_partition", "bounds"):  # the bounded kinds' clamp
+            if s.has(fixed):
+                s.fail(fixed, s.get(fixed), "no fixed clamp with bound = 'auto'",
+                       "bound = 'auto' chooses each person's clamp privately: remove "
+                       f"{fixed}, or drop bound = 'auto' to give the clamp yourself")  # fmt: skip
         s.allow_keys((*_KEYS, *_PARTITION_KEYS, "epsilon", "delta", "rho"))
         if s.get("bound") != "auto":
             s.fail("bound", s.get("bound"), '"auto"', "or give bounds / max_rows_per_partition")

@@ -179,7 +179,16 @@ class SmoothQuantileKind:
         if noise != "cauchy" and s.has("gamma"):
             s.fail("gamma", s.get("gamma"), "no gamma for this noise", "gamma is for cauchy")
         gamma = s.real("gamma", default=DEFAULT_GAMMA, low=1.0, open_low=True)
-        spends = (s.key("noise"), noise, "a delta > 0 for laplace noise ((ε, δ)-DP)", "or cauchy")
+        spends = (
+            (s.key("noise"), noise, "a delta > 0 for laplace noise ((ε, δ)-DP)", "or cauchy")
+            if s.has("noise")
+            else (
+                s.key("delta"),
+                MISSING,
+                "a delta share: the default noise under an (ε, δ) total is laplace, which spends δ",
+                "give this query delta (a share of the budget's), or noise = 'cauchy' (pure ε)",
+            )
+        )
         lln = (
             s.key("noise"),
             noise,

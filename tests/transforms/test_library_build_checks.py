@@ -262,3 +262,55 @@ def test_aggregate_names_an_auto_bound_member_as_unable_to_share() -> None:
                 "auto": dp.Count(bound="auto", rho=0.1, delta=1e-7),
             },
         )
+
+
+def _eps_delta_release() -> dp.Release:
+    return dp.Release._for_launcher(dp.Budget(epsilon=1, delta=1e-6), KEY, noise=False)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        # "Count has no private partition selection": a plain Count has one; bound="auto" not
+        (
+            lambda: dp.Count(bound="auto", by=["domain"], max_partitions_per_person=1, epsilon=1),
+            ValueError,
+            r"needs public_partitions=\[\.\.\.\] \(the keys to release\): Count with "
+            r"bound='auto' has no private partition selection",
+        ),
+        # was "unknown key (a typo?)" and "did you mean 'bound'?"
+        (
+            lambda: dp.Count(bound="auto", max_rows_per_partition=3, epsilon=1),
+            ConfigError,
+            r"Count\('q'\)\.max_rows_per_partition = 3: expected no fixed clamp with bound = "
+            r"'auto'\. bound = 'auto' chooses each person's clamp privately: remove "
+            r"max_rows_per_partition",
+        ),
+        (
+            lambda: dp.Sum(value="duration_s", bound="auto", bounds=[0, 10], epsilon=1),
+            ConfigError,
+            r"Sum\('q'\)\.bounds = \[0, 10\]: expected no fixed clamp with bound = 'auto'",
+        ),
+        # was "noise = 'laplace': expected a delta > 0": the user never set noise
+        (
+            lambda: dp.Median(**MEAN, method="smooth_sensitivity", epsilon=1),
+            ConfigError,
+            r"Median\('q'\)\.delta = \(missing\): expected a delta share: the default noise "
+            r"under an \(ε, δ\) total is laplace, which spends δ\. give this query delta",
+        ),
+    ],
+)
+def test_misuse_of_bound_auto_and_default_noise_is_named(
+    make: Any, error: type, match: str
+) -> None:
+    """Messages the library-user review found misleading (stop 42)."""
+    with pytest.raises(error, match=match), beam.Pipeline() as p:
+        _ = _people(p, _eps_delta_release()) | "q" >> make()
+
+
+def test_an_overflowing_noise_scale_gives_its_advice_once() -> None:
+    release = dp.Release._for_launcher(dp.Budget(epsilon=1e-300), KEY, noise=False)
+    with pytest.raises(ConfigError) as e, beam.Pipeline() as p:
+        _ = _people(p, release) | "q" >> dp.Count(max_rows_per_partition=1, epsilon=1e-300)
+    assert str(e.value).count("narrow the bounds or raise the budget") == 1
+    assert "has a scale that overflows a float" in str(e.value)

@@ -322,7 +322,9 @@ def test_public_partitions_given_wrongly_say_what_is_wrong() -> None:
                 TypeError, match=r"public_partitions\[0\] is a (dict|Row): a key is"
             ):
                 _ = people | f"mapping {i}" >> count(public_partitions=[key])
-        with pytest.raises(ValueError, match=r"'int'\): public_partitions: key 2, column 'k'"):
+        with pytest.raises(
+            ValueError, match=r"'int'\): public_partitions\[1\], column 'k': not a string"
+        ):
             _ = people | "int" >> count(public_partitions=["x", 3])
         with pytest.raises(ValueError, match=r"Median.*public_partitions is for the metrics that"):
             _ = people | "median" >> dp.Median(
@@ -348,12 +350,40 @@ def test_public_partitions_are_typed_once_and_counted_as_released() -> None:
         rows = p | beam.Create([{"pid": 1, "k": "x", "n": 1}])
         people = rows | release.ByPerson("pid", keys={"k": "string", "n": "int"}, person_type="int")
         _ = people | "lists" >> count(by=["k", "n"], public_partitions=[["x", 1], ["y", 2]])
-        with pytest.raises(ValueError, match=r"key 2: the same key as key 1 once typed"):
+        # library keys are Python values of the column's type: text is not read as an int (a
+        # key file's is), so "1", "01" and "+1" cannot become one key (library-user review)
+        with pytest.raises(
+            ValueError,
+            match=r"public_partitions\[0\], column 'n': not an integer in the int64 range "
+            r"\(an int, not text\)",
+        ):
             _ = people | "alike" >> count(by=["n"], public_partitions=["1", "01", "+1"])
-        with pytest.raises(ValueError, match=r"key 1, column 'k': not UTF-8 text"):
+        with pytest.raises(ValueError, match=r"public_partitions\[0\], column 'k': not UTF-8"):
             _ = people | "surrogate" >> count(public_partitions=["\ud800"])
         _ = people | "subclass" >> count(public_partitions=[_Text("x")])
     assert release.manifest()["queries"][0]["n_public_partitions"] == 2
+
+
+def test_public_partitions_are_python_values_of_the_columns_types() -> None:
+    """The library used the key file's text parsing: " 3" became the int 3 and "1" the bool
+    True, while 1 was refused for a bool column "(true/false or 1/0)" (library-user review)."""
+    release = exact_release()
+    with beam.Pipeline() as p:
+        rows = p | beam.Create([{"pid": 1, "day": 2, "weekend": True}])
+        people = rows | release.ByPerson(
+            "pid", keys={"day": "int", "weekend": "bool"}, person_type="int"
+        )
+        _ = people | "ok" >> count(by=["day", "weekend"], public_partitions=[(2, True), (3, False)])
+        for i, (by, key, match) in enumerate(
+            [
+                (["day"], " 3", r"public_partitions\[0\], column 'day': not an integer"),
+                (["day"], True, r"public_partitions\[0\], column 'day': not an integer"),
+                (["weekend"], "1", r"public_partitions\[0\], column 'weekend': not a bool "),
+                (["weekend"], 1, r"not a bool \(True or False\)"),
+            ]
+        ):
+            with pytest.raises(ValueError, match=match):
+                _ = people | f"bad_{i}" >> count(by=by, public_partitions=[key])
 
 
 def test_a_pipeline_goes_on_after_a_caught_mistake() -> None:

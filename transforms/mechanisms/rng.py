@@ -13,9 +13,10 @@ Construction (a standard PRF-in-counter-mode stream):
 
 Consequences the pipeline relies on:
 
-* Same secret and label ⇒ the same stream. A Beam retry, or a re-run of the same release, re-draws
-  exactly the same noise, so no two different noisy answers to one question can ever be published
-  (averaging them would shrink the noise).
+* Same secret and label ⇒ the same stream. A Beam retry, or a re-run of the same release (the
+  job file's ledger keeps its secret per release id), re-draws exactly the same noise, so such a
+  re-run cannot publish a second noisy answer to one question (averaging them would shrink the
+  noise). A library ``Release`` draws a new secret each time: a new release, budgeted anew.
 * Different labels ⇒ computationally independent streams (HMAC-SHA256 is a PRF, SHAKE-256 an XOF),
   so releases for different partitions or queries can be drawn on different workers in any order.
 * Neither the standard library's nor NumPy's pseudo-random generators are used; an attacker who
