@@ -13,7 +13,7 @@ columns, then the released columns — that you write with any Beam sink::
     with beam.Pipeline() as p:
         rows = p | beam.Create([{"person_id": "ann", "domain": "a.example", "duration_s": 12.0}])
         people = rows | release.ByPerson(
-            "person_id", keys={"domain": "string"}, values=["duration_s"])
+            "person_id", person_type="string", keys={"domain": "string"}, values=["duration_s"])
         visits = people | "visits" >> dp.Count(
             by=["domain"], max_partitions_per_person=5, max_rows_per_partition=3,
             epsilon=0.5, delta=1e-6)

@@ -263,7 +263,7 @@ class ByPerson(beam.PTransform[Any, Any]):
         *,
         keys: Mapping[str, str],
         values: Sequence[str],
-        person_type: str = "string",
+        person_type: str | None = None,
         num_shards: int | None = None,
         schema: InputSchema | None = None,
     ) -> None:
@@ -271,6 +271,7 @@ class ByPerson(beam.PTransform[Any, Any]):
         from userdp.pipelines.input_files import InputSchema  # noqa: PLC0415
 
         if schema is None:  # the library: types as declared by the caller
+            assert person_type is not None  # Release.ByPerson requires it
             _check_declaration(person, keys, values, person_type)
             schema = InputSchema(
                 "beam",

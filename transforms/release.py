@@ -175,10 +175,15 @@ class Release:
         *,
         keys: Mapping[str, str] | None = None,
         values: Sequence[str] = (),
-        person_type: str = "string",
+        person_type: str | None = None,
         num_shards: int | None = None,
     ) -> ByPerson:
         """Validate rows, canonicalise person ids, and group them by person (see ByPerson).
+
+        ``person_type`` (required): ``"string"`` or ``"int"``, the type of the person column's
+        values. Ids of the other type are dead letters, never converted (so ``1`` and ``"1"``
+        are never one person); it had a default, ``"string"``, which silently sent every row of
+        a log with int ids to the dead letters.
 
         One release has one privacy unit: every ByPerson of it names the same person column and
         type (several inputs — e.g. visits and purchases keyed by the same user id — are fine).
@@ -186,6 +191,12 @@ class Release:
         either, since one user's devices are many devices."""
         from .by_person import ByPerson  # noqa: PLC0415
 
+        if person_type is None:
+            raise TypeError(
+                "ByPerson: person_type is required: 'string' or 'int', the type of the person "
+                f"column {person!r}'s values (ids of the other type are dead letters, never "
+                "converted, so 1 and '1' are never one person)"
+            )
         unit = (person, person_type)
         if self._state.person is not None and self._state.person != unit:
             raise ReleaseError(

@@ -15,7 +15,8 @@ hook userdp's own tests use — so a test can compare them with values computed 
     rows = [{"pid": "ann", "dom": "a.example"}] * 3 + [{"pid": "bob", "dom": "a.example"}]
     release = exact_release(dp.Budget(epsilon=1, delta=1e-6))
     with TestPipeline() as p:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"})
+        people = p | beam.Create(rows) | release.ByPerson(
+            "pid", person_type="string", keys={"dom": "string"})
         visits = people | "visits" >> dp.Count(
             by=["dom"], max_partitions_per_person=1, max_rows_per_partition=2,
             epsilon=1, delta=1e-6)

@@ -99,7 +99,9 @@ def _release(
         people = (
             p
             | beam.Create([rows])
-            | release.ByPerson("person", keys={"page": "string"}, values=values or [])
+            | release.ByPerson(
+                "person", keys={"page": "string"}, values=values or [], person_type="string"
+            )
         )
         released = people | "released" >> metric(public)
         _ = (

@@ -101,7 +101,9 @@ def _run(
         people = (
             p
             | beam.Create([rows])
-            | release.ByPerson("person", keys=keys or {}, values=[] if keys else ["v"])
+            | release.ByPerson(
+                "person", keys=keys or {}, values=[] if keys else ["v"], person_type="string"
+            )
         )
         released = people | "q" >> metric
         _ = (

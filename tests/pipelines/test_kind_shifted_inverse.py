@@ -170,7 +170,8 @@ AUTO = {"name": "a", "metric": "count", "bound": "auto"}
         (
             {**AUTO, "max_rows_per_partition": 3},
             {},
-            r"queries\[0\]\.max_rows_per_partition = 3: expected one of the keys",
+            r"queries\[0\]\.max_rows_per_partition = 3: expected no fixed clamp with bound = "
+            r"'auto'",
         ),
         ({**AUTO, "noise": "gaussian"}, {}, r"queries\[0\]\.noise = 'gaussian': expected laplace"),
     ],
@@ -418,7 +419,11 @@ def test_bound_free_sums_keep_small_values_at_the_default_upper(
     release = exact_release(Budget(epsilon=10))
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
-        people = p | beam.Create(rows) | release.ByPerson("u", keys={}, values=["items"])
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("u", keys={}, values=["items"], person_type="string")
+        )
         return {
             "total": people | "t" >> Total(value="items", epsilon=2),
             "max": people | "m" >> Max(value="items", per_person="sum", epsilon=2),

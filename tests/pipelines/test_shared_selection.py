@@ -127,7 +127,7 @@ def _people() -> Any:
     release = dp.Release._for_launcher(dp.Budget(epsilon=3, delta=1e-5), KEY, noise=True)
     p = beam.Pipeline()
     rows = p | beam.Create([{"person_id": "a", "domain": "x"}])
-    return rows | release.ByPerson("person_id", keys={"domain": "string"})
+    return rows | release.ByPerson("person_id", keys={"domain": "string"}, person_type="string")
 
 
 def test_aggregate_misuse_is_refused() -> None:
@@ -164,7 +164,9 @@ def test_an_aggregate_under_a_pure_epsilon_release_asks_for_a_delta() -> None:
     release = dp.Release._for_launcher(dp.Budget(epsilon=1), KEY, noise=True)
     with beam.Pipeline() as p:
         rows = p | beam.Create([{"person_id": "a", "domain": "x"}])
-        people = rows | release.ByPerson("person_id", keys={"domain": "string"})
+        people = rows | release.ByPerson(
+            "person_id", keys={"domain": "string"}, person_type="string"
+        )
         with pytest.raises(ValueError, match=r"shared selection is private and spends δ: give"):
             _ = people | dp.Aggregate(
                 by=["domain"], max_partitions_per_person=1,

@@ -53,7 +53,11 @@ def measure(rows: list[dict[str, Any]], plan: Any, transform: type, want: dict[s
             p
             | beam.Create(rows)
             | release.ByPerson(
-                "person", keys={"domain": "string"}, values=["duration_s"], num_shards=16
+                "person",
+                keys={"domain": "string"},
+                values=["duration_s"],
+                num_shards=16,
+                person_type="string",
             )
         )
         assert_that(people | transform(plan), equal_to([{"name": plan.name, **want}]))

@@ -41,7 +41,9 @@ def test_one_persons_text_past_2_gib_in_a_shard_does_not_fail_the_run(arrow: boo
         people = (
             p
             | beam.Create([*others, *heavy])
-            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], num_shards=1)
+            | release.ByPerson(
+                "pid", keys={"k": "string"}, values=["v"], num_shards=1, person_type="string"
+            )
         )
         rows = people | "rows" >> dp.Count(max_rows_per_partition=3, epsilon=1)
         return {"rows": rows | beam.Map(lambda r: r.value)}

@@ -47,7 +47,9 @@ def exact_release(**budget: Any) -> dp.Release:
 
 
 def by_person(rows: Any, release: dp.Release) -> Any:
-    return rows | release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
+    return rows | release.ByPerson(
+        "person", keys={"domain": "string"}, values=["duration_s"], person_type="string"
+    )
 
 
 def count(**extra: Any) -> Any:
@@ -291,7 +293,7 @@ def test_a_transform_without_a_name() -> None:
 
 def test_a_value_declared_as_a_key_type_and_arrow_types_that_do_not_match() -> None:
     with pytest.raises(ValueError, match="key types are"):
-        exact_release().ByPerson("person", keys={"duration_s": "float"})
+        exact_release().ByPerson("person", keys={"duration_s": "float"}, person_type="string")
     table = pa.table({"person": ["a"], "domain": [1.5], "duration_s": [1.0]})
     release = exact_release()
 
@@ -313,10 +315,14 @@ def test_one_release_has_one_privacy_unit() -> None:
     release = exact_release()
     with pytest.raises(ValueError, match="person_type"):  # a typo binds no unit
         release.ByPerson("person", person_type="strng")
-    release.ByPerson("person", keys={"domain": "string"}, values=["duration_s"])
-    release.ByPerson("person", keys={"url": "string"})  # purchases, say: the same unit
+    release.ByPerson(
+        "person", keys={"domain": "string"}, values=["duration_s"], person_type="string"
+    )
+    release.ByPerson(
+        "person", keys={"url": "string"}, person_type="string"
+    )  # purchases, say: the same unit
     with pytest.raises(dp.ReleaseError, match="protects persons identified by 'person'"):
-        release.ByPerson("device", keys={"domain": "string"})
+        release.ByPerson("device", keys={"domain": "string"}, person_type="string")
     with pytest.raises(dp.ReleaseError, match=r"not 'person' \('int'\): one release has one"):
         release.ByPerson("person", person_type="int")
     unit = release.manifest()["privacy_unit"]
@@ -336,7 +342,7 @@ def test_a_column_named_like_userdps_own_columns(
 ) -> None:
     """A key named __person__ made one person's 1,000 rows 1,000 persons (a library review)."""
     with pytest.raises(ValueError, match=r"column name\(s\) \['__\w+__'\] have the form __name__"):
-        exact_release().ByPerson(person, keys=keys, values=values)
+        exact_release().ByPerson(person, keys=keys, values=values, person_type="string")
 
 
 def test_a_second_release_in_one_pipeline() -> None:
@@ -347,7 +353,9 @@ def test_a_second_release_in_one_pipeline() -> None:
     ):
         rows = p | beam.Create(ROWS)
         _ = by_person(rows, exact_release()) | "visits" >> count()
-        _ = rows | "Again" >> exact_release().ByPerson("person", keys={"domain": "string"})
+        _ = rows | "Again" >> exact_release().ByPerson(
+            "person", keys={"domain": "string"}, person_type="string"
+        )
 
 
 @pytest.mark.parametrize("column", ["value", "stddev"])
@@ -362,7 +370,11 @@ def test_a_by_column_named_like_a_released_column(column: str) -> None:
         ),
         beam.Pipeline() as p,
     ):
-        people = p | beam.Create(rows) | exact_release().ByPerson("person", keys={column: "string"})
+        people = (
+            p
+            | beam.Create(rows)
+            | exact_release().ByPerson("person", keys={column: "string"}, person_type="string")
+        )
         _ = people | "c" >> dp.Count(
             by=[column], max_partitions_per_person=1, max_rows_per_partition=1,
             epsilon=1, public_partitions=["k0", "k1"],
@@ -460,7 +472,7 @@ def test_a_wrapped_chunk_function_is_judged_by_the_wrapper_that_is_called() -> N
 
 def test_key_names_that_are_not_text() -> None:
     with pytest.raises(TypeError, match=r"keys must map column → type"):
-        exact_release().ByPerson("person", keys={1: "string"})  # type: ignore[dict-item]
+        exact_release().ByPerson("person", keys={1: "string"}, person_type="string")  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize(

@@ -280,7 +280,11 @@ def test_numpy_and_tuple_parameters_read_as_a_job_file_would() -> None:
     rows = [{"pid": "a", "k": "x", "v": 5.0}, {"pid": "b", "k": "x", "v": 0.5}]
     release = dp.Release._for_launcher(dp.Budget(epsilon=np.float64(1)), KEY, noise=False)
     with beam.Pipeline() as p:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"k": "string"}, values=["v"])
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"k": "string"}, values=["v"], person_type="string")
+        )
         sums = [
             people
             | name

@@ -31,7 +31,11 @@ def released(rows: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], dict[st
     release = exact_release(dp.Budget(epsilon=1, delta=1e-6))
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"})
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"dom": "string"}, person_type="string")
+        )
         visits = people | "visits" >> dp.Count(
             by=["dom"], max_partitions_per_person=1, max_rows_per_partition=2,
             epsilon=0.5, delta=5e-7,
@@ -64,7 +68,7 @@ def test_a_non_local_runner_is_refused_when_the_first_transform_is_applied(runne
     p = beam.Pipeline(runner=runner)  # built, never run
     rows = p | beam.Create(ROWS)
     with pytest.raises(ReleaseError, match=rf"exact_release has no noise .* not {runner}"):
-        _ = rows | release.ByPerson("pid", keys={"dom": "string"})
+        _ = rows | release.ByPerson("pid", keys={"dom": "string"}, person_type="string")
 
 
 def test_misuse_is_named() -> None:
@@ -99,13 +103,17 @@ def test_options_that_send_the_work_elsewhere_are_refused_even_on_the_direct_run
     p = beam.Pipeline(runner=runner, options=PipelineOptions(flags))  # built, never run
     rows = p | beam.Create(ROWS)
     with pytest.raises(ReleaseError, match=rf"options send it elsewhere \(--\w*{named}"):
-        _ = rows | release.ByPerson("pid", keys={"dom": "string"})
+        _ = rows | release.ByPerson("pid", keys={"dom": "string"}, person_type="string")
 
 
 def test_loopback_workers_are_local() -> None:
     release = exact_release(dp.Budget(epsilon=1))
     p = beam.Pipeline(options=PipelineOptions(["--environment_type=LOOPBACK"]))
-    _ = p | beam.Create(ROWS) | release.ByPerson("pid", keys={"dom": "string"})
+    _ = (
+        p
+        | beam.Create(ROWS)
+        | release.ByPerson("pid", keys={"dom": "string"}, person_type="string")
+    )
 
 
 def exact_per_domain(metric: Any, values: list[float], bounds: list[float]) -> list[float]:
@@ -114,8 +122,11 @@ def exact_per_domain(metric: Any, values: list[float], bounds: list[float]) -> l
     release = exact_release(dp.Budget(epsilon=1))
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"dom": "string"},
-                                                          values=["s"])  # fmt: skip
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"dom": "string"}, values=["s"], person_type="string")
+        )
         out = people | "stat" >> metric(
             by=["dom"], value="s", bounds=bounds, max_partitions_per_person=1,
             max_rows_per_partition=1, epsilon=1, public_partitions=["a"],
@@ -145,7 +156,11 @@ def test_shifted_inverse_values_are_at_most_the_grid_top() -> None:
     rows = [{"pid": f"p{i}", "v": 600.0, "u": f"u{i}"} for i in range(5)]
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
-        people = p | beam.Create(rows) | release.ByPerson("pid", keys={"u": "string"}, values=["v"])
+        people = (
+            p
+            | beam.Create(rows)
+            | release.ByPerson("pid", keys={"u": "string"}, values=["v"], person_type="string")
+        )
         return {
             name: people | name >> metric | f"{name}/value" >> beam.Map(lambda r: r.value)
             for name, metric in {
