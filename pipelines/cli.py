@@ -176,6 +176,7 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
 
     from .job import ReleaseRunError, run_release  # noqa: PLC0415 (Beam loads only when used)
     from .ledger import LedgerError  # noqa: PLC0415
+    from .ledger.model import LEDGER_NAME_RULE, check_name  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
     from .publish import OutputLocationError  # noqa: PLC0415
     from .sources import SchemaError  # noqa: PLC0415
@@ -190,6 +191,13 @@ def _run_logged(args: argparse.Namespace, log: Any) -> int:
         job = load_job(args.job)
         if args.release_id and job.ledger is None:
             raise ConfigError("--release-id", args.release_id, "a job file with a [ledger]", "")
+        if args.release_id is not None:
+            try:
+                check_name(args.release_id, "--release-id")
+            except ValueError:
+                raise ConfigError(
+                    "--release-id", args.release_id, LEDGER_NAME_RULE, "as [ledger] release_id"
+                ) from None
         progress = Progress(sys.stderr)
         result = run_release(job, args.beam_args, release_id=args.release_id, progress=progress)
     except (ConfigError, SchemaError, OutputLocationError, KeyFileError) as e:

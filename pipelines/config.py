@@ -10,6 +10,7 @@ Budget numbers are exact: a TOML float is read as the decimal it was written as
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
@@ -47,6 +48,7 @@ from .config_model import (
 from .config_paths import check_private_paths
 from .kinds import METRIC_KINDS, kind_for, kind_of
 from .kinds.base import QuerySection
+from .ledger.model import LEDGER_NAME_RULE, check_name
 from .output_layout import MAX_OUTPUT_SHARDS, first_name_clash
 
 __all__ = [
@@ -113,8 +115,13 @@ def load_job(path: str | Path) -> JobConfig:
     """Read and validate a TOML job file."""
     p = Path(path)
     try:
+        if p.exists() and not (p.is_file() or p.is_dir()):  # a FIFO blocked the open forever
+            raise ConfigError("job file", str(p), "a TOML file", "not a regular file")
         with p.open("rb") as f:
-            raw = tomllib.load(f, parse_float=_exact_float)
+            # a byte-order mark (as Notepad writes UTF-8) is not TOML: tomllib said only
+            # "Invalid statement (at line 1, column 1)"
+            text = f.read().decode("utf-8").removeprefix("\ufeff")
+        raw = tomllib.loads(text, parse_float=_exact_float)
     except FileNotFoundError as e:
         raise ConfigError("job file", str(p), "an existing TOML file", "check the path") from e
     except IsADirectoryError as e:
@@ -295,6 +302,24 @@ def _check_columns(
     _refuse_reserved_columns(v, person, columns, queries)
     _refuse_person_as_data(v, person, queries)
     _refuse_mixed_roles(v, queries)
+    _refuse_unread_columns(v, person, columns, queries)
+
+
+def _refuse_unread_columns(
+    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
+) -> None:
+    """A type declared for a column no query reads is a typo (``domian = "int"``): accepted,
+    it left ``domain`` at its default type, so "01" and "1" became two keys."""
+    read = {person} | {c for q in queries for c in kind_of(q).required_columns(q)}
+    for name in columns:
+        if name not in read:
+            near = difflib.get_close_matches(name, sorted(read), n=1)
+            v.fail(
+                f"input.columns.{name}",
+                columns[name],
+                "a type for a column the job reads (input.person or a query's by, value, …)",
+                f"did you mean {near[0]!r}?" if near else "no query reads it: remove it",
+            )
 
 
 def _refuse_person_as_data(v: Validator, person: str, queries: tuple[QueryConfig, ...]) -> None:
@@ -393,12 +418,22 @@ def _parse_ledger(v: Validator, raw: Mapping[str, Any]) -> LedgerConfig:
             re.compile(rule)
         except re.error as e:
             v.fail("ledger.period_rule", rule, "a regular expression", str(e))
+    scope = v.string(t, "ledger.scope")
+    release_id = v.string(t, "ledger.release_id", required=False)
+    names = [("ledger.scope", scope), ("ledger.release_id", release_id)]
+    names += [(f"ledger.periods[{i}]", p) for i, p in enumerate(periods)]
+    for key, name in names:  # as the ledger checks them: here, exit 2 naming the key
+        if name is not None:
+            try:
+                check_name(name, key.removeprefix("ledger."))
+            except ValueError:
+                v.fail(key, name, LEDGER_NAME_RULE, "names are safe in paths, shells and SQL")
     return LedgerConfig(
         location=url if url is not None else v.resolve(path),
-        scope=v.string(t, "ledger.scope"),
+        scope=scope,
         periods=tuple(periods),
         period_rule=rule,
-        release_id=v.string(t, "ledger.release_id", required=False),
+        release_id=release_id,
     )
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +104,10 @@ def read_public_keys(q: QueryConfig, key: str, source: str) -> Keys:
     """
     path = str(q.partitions)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO blocked open() forever, and
+            raise ConfigError(  # /dev/zero was read until the process was killed
+                key, path, "a regular file of public keys", "not a regular file", source
+            )
         with open(path, "rb") as f:
             text = f.read().decode("utf-8-sig")  # a byte-order mark is allowed
         parse = _json_rows if path.lower().endswith(".json") else _csv_rows

@@ -13,6 +13,8 @@ Cloud Storage object readable by the workers' service account only) and derives 
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from typing import Any, Protocol
 
@@ -56,6 +58,13 @@ def read_key_file(path: str) -> bytes:
     """The key file's bytes (32 to 4096 of them); :class:`KeyFileError` otherwise."""
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 (keeps the core light)
 
+    if "://" not in path:  # local: a FIFO (or a device) blocked the open, or read without end
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            regular = True  # let the open below name the reason
+        if not regular:
+            raise KeyFileError(f"release.secret_path {path!r} is not a regular file")
     try:
         with FileSystems.open(path) as f:
             data: bytes = f.read(MAX_KEY_FILE_BYTES + 1)

@@ -46,6 +46,7 @@ CAP_KINDS: tuple[CapKind, ...] = ("approx", "zcdp")
 EACH_PERIOD = "*"  # set_cap(period=EACH_PERIOD): the default cap of every period of a scope
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,199}")
+LEDGER_NAME_RULE = "1-200 of A-Z a-z 0-9 _ . : @ + = - starting with a letter, digit or _"
 _RATIONAL = re.compile(r"(-?[0-9]+)/([1-9][0-9]*)")
 
 
@@ -53,10 +54,7 @@ def check_name(value: object, what: str) -> str:
     """A scope, period or release id: 1-200 of A-Z a-z 0-9 _ . : @ + = - (not starting with . : @
     + = -). Refuses anything else, so names are safe in messages, paths and shell commands."""
     if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise ValueError(
-            f"{what} must be 1-200 of A-Z a-z 0-9 _ . : @ + = - starting with a letter, digit "
-            f"or _, got {value!r}"
-        )
+        raise ValueError(f"{what} must be {LEDGER_NAME_RULE}, got {value!r}")
     return value
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -154,6 +156,30 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
             r"budget\.rho = 500000000000.0: .*\(0, 500,000\]",
         ),
         (job(budget={"epsilon": 1.0, "delta": 1.5}), r"budget\.delta = 1\.5: expected a number in"),
+        # a type for a column no query reads: a typo left `domain` at its default type
+        (
+            job(input={"path": "l/*.csv", "person": "person_id", "columns": {"domian": "int"}}),
+            r"input\.columns\.domian = 'int': expected a type for a column the job reads "
+            r"\(input\.person or a query's by, value, …\)\. did you mean 'domain'\?",
+        ),
+        (
+            job(input={"path": "l/*.csv", "person": "person_id", "columns": {"zz": "int"}}),
+            r"input\.columns\.zz = 'int': .*no query reads it: remove it",
+        ),
+        # ledger names the ledger refuses: exit 1 "a bug in userdp" after "charging the ledger"
+        (
+            job(ledger={"path": "l.sqlite", "scope": "browsing logs"}),
+            r"ledger\.scope = 'browsing logs': expected 1-200 of A-Z a-z 0-9 _ \. : @ \+ = - "
+            r"starting with a letter, digit or _",
+        ),
+        (
+            job(ledger={"path": "l.sqlite", "scope": "logs", "release_id": "a b"}),
+            r"ledger\.release_id = 'a b': expected 1-200 of",
+        ),
+        (
+            job(ledger={"path": "l.sqlite", "scope": "logs", "periods": ["2025-W03", "bad one"]}),
+            r"ledger\.periods\[1\] = 'bad one': expected 1-200 of",
+        ),
         # an exact δ of 1e-2000 planned for 40 s, 1e-20000 failed printing its manifest entry;
         # ε written with 3,000 digits (a job file's decimals are exact) slowed every rule
         (
@@ -343,6 +369,20 @@ def test_load_job_file_errors(tmp_path: Path) -> None:
     (tmp_path / "dir.toml").mkdir()
     with pytest.raises(ConfigError, match=r"expected a TOML file\. it is a directory"):
         load_job(tmp_path / "dir.toml")
+    # a FIFO blocked the open forever (malformed-input review)
+    os.mkfifo(tmp_path / "fifo.toml")
+    with pytest.raises(ConfigError, match=r"expected a TOML file\. not a regular file"):
+        load_job(tmp_path / "fifo.toml")
+
+
+def test_a_job_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    """Notepad writes UTF-8 with a BOM; tomllib said "Invalid statement (at line 1, column 1)"."""
+    plain, bommed = tmp_path / "plain.toml", tmp_path / "bommed.toml"
+    plain.write_bytes(EXAMPLE.read_bytes())
+    bommed.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())
+    assert dataclasses.replace(load_job(bommed), source="") == dataclasses.replace(
+        load_job(plain), source=""
+    )
 
 
 def test_a_value_too_deep_to_show_is_a_job_file_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,6 +178,18 @@ def test_run_release_id_without_a_ledger_is_a_config_error(
     assert "--release-id = 'r1': expected the option before the job file" in capsys.readouterr().err
 
 
+def test_a_release_id_the_ledger_would_refuse_is_a_config_error(
+    weekly: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was exit 1, "a bug in userdp", after "charging the ledger" (malformed-input review)."""
+    job = weekly / "job.toml"
+    job.write_text(JOB.format(week=WEEKS[0], release_id="r0", epsilon="1"))
+    assert main(["run", "--release-id", "x y", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "--release-id = 'x y': expected 1-200 of A-Z a-z 0-9 _ . : @ + = -" in err
+    assert "charging the ledger" not in err and "bug" not in err
+
+
 def test_an_input_path_without_its_period_is_a_job_error_exit_2(
     weekly: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -269,10 +270,13 @@ def test_public_partitions_from_file(tmp_path: Path, fmt: str) -> None:
 def test_bad_public_key_files(tmp_path: Path) -> None:
     (tmp_path / "k.csv").write_text("site\nx\n")
     (tmp_path / "e.json").write_text("[]")
+    os.mkfifo(tmp_path / "fifo.csv")  # open() blocked forever; /dev/zero was read to the OOM
     cases = [
         ("nope.csv", "readable"),
         ("k.csv", "not one naming the by columns"),
         ("e.json", "non-empty"),
+        ("fifo.csv", "expected a regular file of public keys. not a regular file"),
+        ("/dev/zero", "expected a regular file of public keys. not a regular file"),
     ]
     for name, match in cases:
         with pytest.raises(ConfigError, match=rf"queries\[0\]\.partitions.*{match}"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bz2
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,22 @@ def test_negative_control_a_step_holding_the_secret_is_caught(tmp_path: Path) ->
     leaky = ReleaseKey(secret)
     _ = pipeline | "Leak" >> beam.Create([1]) | "HoldsTheSecret" >> beam.Map(lambda x: (x, leaky))
     assert any(secret in b for b in graph_blobs(pipeline))
+
+
+def test_a_key_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    """A FIFO blocked the launcher's open forever (malformed-input review); too short, too long
+    and missing files are named too."""
+    from userdp.transforms.keys import KeyFileError  # noqa: PLC0415
+
+    os.mkfifo(tmp_path / "fifo.key")
+    with pytest.raises(KeyFileError, match=r"fifo\.key' is not a regular file"):
+        read_key_file(str(tmp_path / "fifo.key"))
+    with pytest.raises(KeyFileError, match=r"/dev/zero' is not a regular file"):
+        read_key_file("/dev/zero")
+    (tmp_path / "short.key").write_bytes(b"x" * 31)
+    with pytest.raises(KeyFileError, match=r"holds 31 bytes; allowed: 32 to 4096"):
+        read_key_file(str(tmp_path / "short.key"))
+    with pytest.raises(KeyFileError, match=r"missing\.key' cannot be read"):
+        read_key_file(str(tmp_path / "missing.key"))
+    (tmp_path / "ok.key").write_bytes(bytes(range(32)))
+    assert read_key_file(str(tmp_path / "ok.key")) == bytes(range(32))
