@@ -66,11 +66,12 @@ class ConfigError(ValueError):
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()
 MAX_INTEGER = 2**53  # Validator.integer's cap
 EXACT_BITS = 1100
-"""An exact number's denominator stays below 2^1100 (~330 digits): every float and every decimal
-a person writes fits (a float's is at most 2^1074), while δ = 1e-20000 or ε written with
-thousands of digits made the exact rules built from them — selection tables, thresholds, their
-manifest entries — grow until planning took minutes or failed on printing. (Numerators are left
-to each key's range check: a budget is at most 1,000, a grid's top below 1.8e308.)"""
+"""An exact number's denominator stays below 2^1100 (~330 digits): every float fits (a float's
+is at most 2^1074), and every decimal of up to 17 significant digits not below ~1e-313, while
+δ = 1e-20000 or ε written with thousands of digits made the exact rules built from them —
+selection tables, thresholds, their manifest entries — grow until planning took minutes or
+failed on printing. (Numerators are left to each key's range check: a budget is at most 1,000,
+a grid's top below 1.8e308.)"""
 TOO_EXACT = (
     "an exact number written with hundreds of digits, or below ~1e-330, grows the arithmetic "
     "built from it until planning hangs; round it (a budget down: a smaller ε or δ is always safe)"

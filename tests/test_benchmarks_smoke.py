@@ -180,8 +180,25 @@ def test_the_smooth_window_benchmark_releases_one_value_both_ways(
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as when it runs: it imports a sibling
     load_benchmark("smooth_window").main(["--persons", "3000,30000"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    rows = [r for r in rows if r and r[0] in ("1/2", "9/10")]
+    rows = [r[1:] for r in rows if r and r[0] == "smooth"]
     assert len(rows) == 12 and all(r[-1] == "True" for r in rows)
     for r in rows:  # q family persons | bytes peak s | bytes values peak s | same
         assert int(r[4].replace(",", "")) == 8 * int(r[2].replace(",", ""))
         assert int(r[9].replace(",", "")) == (148 if r[0] == "1/2" else 1320)
+
+
+def test_the_ptr_window_benchmark_releases_one_value_both_ways(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--ptr``: PTR's quantiles keep their window (117, 1,045 and 489 values at most), its means
+    gather nothing, and every row releases the same value both ways."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    load_benchmark("smooth_window").main(["--persons", "3000", "--ptr"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [r for r in rows if r and r[0] in ("ptr", "ladder")]
+    assert len(rows) == 15 and all(r[-1] == "True" for r in rows)
+    bound = {"1/2": 117, "9/10": 1045, "mean": 0}
+    for r in rows:  # kind q family persons | bytes peak s | bytes values peak s | same
+        limit = 489 if r[:2] == ["ladder", "1/2"] else bound[r[1]]
+        assert 0.9 * limit <= int(r[10].replace(",", "")) <= limit or limit == 0
+        assert int(r[10].replace(",", "")) <= limit

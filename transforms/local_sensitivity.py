@@ -8,7 +8,8 @@ place. So the steps are
    reduction per person shard, from the release's one keyed shuffle by person), or the distinct
    persons of each partition per shard, summed over shards;
 2. one global combine that brings what the release reads to **one worker** — never every
-   value. The smooth-sensitivity quantile and PTR's quantiles (one bound or the ladder) read
+   value (only the exponential quantile's noise-off test hook gathers them). The
+   smooth-sensitivity quantile and PTR's quantiles (one bound or the ladder) read
    only a window of order statistics around the rank (``docs/local_sensitivity.md`` §4, §6),
    so they gather that window (:class:`~.rank_window.GatherQuantileWindow`: three histogram
    passes, then the window's values; their number follows β, or PTR's public distance cap, and
@@ -94,8 +95,8 @@ class SumClampedValues(beam.CombineFn):
 
 
 class ConcatenateValues(beam.CombineFn):
-    """Per-shard arrays of per-person values → one float64 array (gathered on one worker; the
-    shifted inverse's per-person quantiles).
+    """Per-shard arrays of per-person values → one float64 array (gathered on one worker: the
+    shifted inverse's per-person quantiles, and the exponential quantile's noise-off hook).
 
     The accumulator is a list of the arrays, concatenated once at the end, so merging is cheap.
     """
@@ -152,16 +153,10 @@ def _reads_sum(mechanism: PerPersonMechanism) -> bool:
 
 
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
-    """The statistic the mechanism releases, without noise (the ``noise=False`` test hook): the
-    q-quantile as the core defines it (``lower`` for no values), or the exact clamped mean."""
-    assert not isinstance(mechanism, TrimmedMean)  # its hook reads the grid histogram
-    if _reads_sum(mechanism):
-        return float(
-            ClampedSum.of(values, mechanism.lower, mechanism.upper).mean(
-                mechanism.lower, mechanism.upper
-            )
-        )
-    assert not isinstance(mechanism, PTRMean)  # read above
+    """A quantile's statistic without noise (the ``noise=False`` test hook): the q-quantile as
+    the core defines it (``lower`` for no values). A mean's hook reads its :class:`ClampedSum`
+    (:class:`_ReleaseValue`)."""
+    assert not isinstance(mechanism, (TrimmedMean, PTRMean))  # histogram; sum
     xs = sorted_clamped(values, mechanism.lower, mechanism.upper)
     assert mechanism.q is not None  # quantile mechanisms always have q
     return quantile_of_sorted(xs, mechanism.q, mechanism.lower)
@@ -262,6 +257,10 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
             gathered = values | "SumClamped" >> beam.CombineGlobally(
                 SumClampedValues(m.lower, m.upper)
             )
+        elif isinstance(m, ExponentialQuantile):
+            # only its noise-off hook comes here (with noise it reads the grid histogram, above):
+            # the exact quantile is not on the grid, so that test hook gathers every value
+            gathered = values | "GatherValues" >> beam.CombineGlobally(ConcatenateValues())
         else:
             # only the order statistics the release reads: the window around the rank, found
             # by histograms (the release on them is the release on all values, bit for bit)

@@ -315,4 +315,4 @@ def test_a_declared_bool_reads_true_and_false_in_any_case_as_key_files_do() -> N
     read = [v if ok else None for v, ok in zip(values.to_pylist(), valid, strict=True)]
     assert read == [True, False, True, False, True, False, None, None, None]
     for word, expected in zip(words[:6], read, strict=False):
-        assert _typed(pa.bool_(), word, 1, "flag") is expected  # one rule for both readers
+        assert _typed(pa.bool_(), word, "key 1", strict=False) is expected  # one rule for both

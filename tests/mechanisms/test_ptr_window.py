@@ -54,6 +54,10 @@ def test_the_cap_is_the_threshold_plus_the_smallest_negligible_tail(
 def test_the_cap_is_in_the_manifest_and_capping_keeps_none() -> None:
     cal = ptr.PTRCalibration.build(1, 1e-6, 1)
     assert cal.to_manifest()["distance_cap"] == cal.cap
+    # the ladder caps every rung, a mean's too, as its plan and manifest say (review, stop 42)
+    ladder = ptr_ladder.LadderPTR("mean", 0, 1, 1, 1e-6)
+    assert ladder.to_manifest()["distance_cap"] == ladder.cap
+    assert ladder._mean_distance(10**7, 0) == ladder.cap
     assert ptr.capped(None, 5) is None
     assert ptr.capped(3, 5) == 3 and ptr.capped(9, 5) == 5
 
@@ -193,6 +197,8 @@ def test_a_means_release_from_its_count_and_sum_is_its_release_on_the_values() -
     ("call", "match"),
     [
         (lambda: ptr.ClampedSum.of([1.0, math.nan], LO, HI), "values contain NaN"),
+        (lambda: ptr.exact_sum([math.inf, 1.0]), "exact_sum takes finite values"),
+        (lambda: ptr.exact_sum([math.nan]), "exact_sum takes finite values"),
         (
             lambda: ptr_ladder.LadderPTR("quantile", LO, HI, 1, 1e-6, q=0.5).release_sum(
                 ptr.ClampedSum(0, Fraction(0)), KeyedRng(TEST_SECRET, "x")

@@ -112,9 +112,10 @@ class LadderPTR:
     AboveThreshold over the queries D(x, b_0), …, D(x, b_{J−1}) (sensitivity 1 each): noisy
     threshold T + ρ, ρ ~ DLap(2/ε_svt); the first j with D(x, b_j) + ν_j ≥ T + ρ,
     ν_j ~ DLap(4/ε_svt), is selected (ε_svt-DP, Dwork & Roth 2014 Thm. 3.23; exact integers keep
-    the proof's shifts). Then f(x) + Laplace(b_j/ε_release). None selected: ⊥. A quantile's
-    distances are capped at ``cap`` (module docstring), so its release reads only the gaps of
-    cost ≤ ``reach``; a mean's read only n (and the release the exact clamped sum).
+    the proof's shifts). Then f(x) + Laplace(b_j/ε_release). None selected: ⊥. Every rung's
+    distance is capped at ``cap`` (module docstring), so a quantile's release reads only the
+    gaps of cost ≤ ``reach``; a mean's distances read only n (and its release the exact
+    clamped sum).
 
     Guarantee: (ε, δ)-DP for add/remove one person, ε = ε_svt + ε_release (split evenly). The
     release step is ε_release-DP whenever D(x, b_j) ≥ 1, and P(a rung with D(x, b_j) = 0 is
@@ -213,7 +214,7 @@ class LadderPTR:
 
     def _mean_distance(self, n: int, j: int) -> int:
         d = mean_distance(n, self.lower, self.upper, self.bounds[j])
-        return INFINITE_DISTANCE if d is None else d
+        return INFINITE_DISTANCE if d is None else cast(int, capped(d, self.cap))
 
     def release(self, values: ArrayLike, rng: KeyedRng) -> LadderRelease:
         if self.statistic == "mean":

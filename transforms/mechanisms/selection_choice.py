@@ -13,10 +13,12 @@ Which rule releases more partitions for the same (ε, δ) depends on L (partitio
   whole is (ε, δ)-DP by basic composition of the two failure events
   (``docs/partition_selection.md`` §5).
 
-:func:`best_selection` builds each candidate from public parameters only (ε, δ, L) and returns
+:func:`best_selection` builds the candidates from public parameters only (ε, δ, L) and returns
 the one with the smallest ``half_keep_count`` — the person count kept with probability ½, the
 point where the keep curves differ most in practice — preferring the truncated-geometric rule on
-a tie. The choice reads no data, so it costs no budget. Measured gain: ``docs/accuracy.md``.
+a tie; that rule's table is skipped when a closed-form floor on its count already loses
+(:func:`geometric_half_keep_floor`, docs/partition_selection.md §5). The choice reads no data,
+so it costs no budget. Measured gain: ``docs/accuracy.md``.
 """
 
 from __future__ import annotations
