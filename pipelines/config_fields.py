@@ -7,6 +7,7 @@ every error in a job file reads the same way.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import math
 from collections.abc import Mapping
@@ -59,8 +60,22 @@ class ConfigError(ValueError):
             hint,
             source,
         )
-        msg = f"{source}: " * bool(source) + f"{key} = {value!r}: expected {allowed}"
+        msg = f"{source}: " * bool(source) + f"{key} = {_as_written(value)}: expected {allowed}"
         super().__init__(f"{msg}. {hint}" if hint else msg)
+
+
+def _as_written(value: object) -> str:
+    """A value as the job file wrote it, not as Python holds it: an exact decimal (a Fraction)
+    as its float, a TOML date or time as TOML writes it (``Fraction(3, 2)`` and
+    ``datetime.date(1979, 5, 27)`` meant nothing to the job file's author)."""
+    if isinstance(value, Fraction):
+        try:
+            return repr(float(value))
+        except OverflowError:
+            return str(value)
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return f"{value.isoformat()} (a TOML date or time)"
+    return repr(value)
 
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "(missing)"})()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -140,6 +141,11 @@ def test_public_partitions_path_is_relative_to_the_job(tmp_path: Path) -> None:
         (job(budget={"epsilon": 0}), r"budget\.epsilon = 0"),
         (job(budget={"epsilon": float("inf")}), r"budget\.epsilon = inf"),
         (job(budget={"epsilon": True}), r"budget\.epsilon = True"),
+        # values as the job file wrote them, not as Python holds them (malformed-input review)
+        (
+            job(budget={"epsilon": datetime.date(1979, 5, 27)}),
+            r"budget\.epsilon = 1979-05-27 \(a TOML date or time\): expected a finite number",
+        ),
         # the person column as a key or value: it planned, then failed after the charge (exit 1)
         (
             query(0, by=["domain", "person_id"], max_partitions_per_person=1),
@@ -436,3 +442,11 @@ def test_operator_paths_beside_the_release_are_fine(tmp_path: Path) -> None:
     )
     parsed = parse_job(raw, base_dir=tmp_path)
     assert (parsed.input.dead_letter or "").startswith(str(tmp_path / "release2"))
+
+
+def test_errors_show_values_as_the_job_file_wrote_them() -> None:
+    """``Fraction(3, 2)`` (a runner option's exact decimal) meant nothing to the job file's
+    author; nor did ``datetime.time(7, 32)``."""
+    assert "k = 1.5: expected" in str(ConfigError("k", Fraction(3, 2), "an integer"))
+    assert "k = 07:32:00 (a TOML date or time)" in str(ConfigError("k", datetime.time(7, 32), "x"))
+    assert "k = 'x': expected" in str(ConfigError("k", "x", "y"))
