@@ -123,9 +123,8 @@ def exact_sum(values: ArrayLike) -> Fraction:
 
     Each float is m·2^s with an integer |m| < 2^53 (``frexp``); values sharing s are summed in
     int64 as two halves of m, m = high·2^27 + low (|high| ≤ 2^26, 0 ≤ low < 2^27: sums of fewer
-    than 2^36 values cannot overflow), and
-    the at most ~2,100 exponents' sums are combined in Python integers. Vectorised: a Python
-    loop over 10^7 values took seconds.
+    than 2^36 values cannot overflow), and the at most ~2,100 exponents' sums are combined in
+    Python integers. Vectorised: a Python loop over 10^7 values took seconds.
     """
     xs = np.asarray(values, dtype=np.float64).ravel()
     if len(xs) == 0:
