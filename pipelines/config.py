@@ -10,7 +10,6 @@ Budget numbers are exact: a TOML float is read as the decimal it was written as
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import sys
@@ -20,9 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from userdp.transforms.columns import is_reserved_column
-
 from .compression import CODECS, STREAM_FORMATS, format_suffix
+from .config_columns import check_columns
 from .config_fields import (
     MISSING,
     ConfigError,
@@ -46,7 +44,7 @@ from .config_model import (
     canonical_hash,
 )
 from .config_paths import check_private_paths
-from .kinds import METRIC_KINDS, kind_for, kind_of
+from .kinds import METRIC_KINDS, kind_for
 from .kinds.base import QuerySection
 from .ledger.model import LEDGER_NAME_RULE, check_name
 from .output_layout import MAX_OUTPUT_SHARDS, first_name_clash
@@ -100,10 +98,6 @@ _BOTH_BUDGETS = (
 _NO_BUDGET = (
     "a positive number (or budget.rho for zCDP)",
     "the total privacy budget, e.g. epsilon = 1.0 and delta = 1e-6",
-)
-_RESERVED_COLUMN = (
-    "a column name not of the form __name__",
-    "userdp's own columns have that form (__person__ holds the person id): rename the column",
 )
 _BAD_NAME = (
     "1-100 of A-Z a-z 0-9 _ . - (not starting with . or -), not 'manifest'",
@@ -216,7 +210,7 @@ def parse_job(
     person_type = v.choice(inp, "input.person_type", PERSON_TYPES, default=None)
     person = v.string(inp, "input.person")
     columns = _parse_columns(v, inp.get("columns", {}), person, person_type)
-    _check_columns(v, person, columns, queries)
+    check_columns(v, person, columns, queries)
     dead = v.string(inp, "input.dead_letter", required=False)
     compression = v.choice(inp, "input.compression", CODECS, default=None)
     fmt = "jsonl" if fmt == "json" else fmt
@@ -294,99 +288,6 @@ def _parse_columns(
     if declared is not None and person_type is not None and declared != person_type:
         v.fail("input.person_type", person_type, f"the type columns.{person} gives", "")
     return MappingProxyType(dict(raw))
-
-
-def _check_columns(
-    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
-) -> None:
-    _refuse_reserved_columns(v, person, columns, queries)
-    _refuse_person_as_data(v, person, queries)
-    _refuse_mixed_roles(v, queries)
-    _refuse_unread_columns(v, person, columns, queries)
-
-
-def _refuse_unread_columns(
-    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
-) -> None:
-    """A type declared for a column no query reads is a typo (``domian = "int"``): accepted,
-    it left ``domain`` at its default type, so "01" and "1" became two keys."""
-    read = {person} | {c for q in queries for c in kind_of(q).required_columns(q)}
-    for name in columns:
-        if name not in read:
-            near = difflib.get_close_matches(name, sorted(read), n=1)
-            v.fail(
-                f"input.columns.{name}",
-                columns[name],
-                "a type for a column the job reads (input.person or a query's by, value, …)",
-                f"did you mean {near[0]!r}?" if near else "no query reads it: remove it",
-            )
-
-
-def _refuse_person_as_data(v: Validator, person: str, queries: tuple[QueryConfig, ...]) -> None:
-    """The person column identifies the privacy unit: no query may read it as a key or a value
-    (``by = ["person_id"]`` would release one partition per person). It planned, and failed
-    only when the pipeline was built, after the charge (exit 1)."""
-    for i, q in enumerate(queries):
-        if q.metric == "sample_aggregate":
-            continue  # its planning says more: the chunk hands the function __person__ already
-        if person in kind_of(q).required_columns(q):
-            v.fail(
-                f"queries[{i}].{_field_naming(q, person)}",
-                person,
-                "a column other than input.person",
-                f"{person!r} is the person column (the privacy unit): a query cannot group by "
-                'it or read it as a value; count persons with metric = "persons"',
-            )
-
-
-def _refuse_reserved_columns(
-    v: Validator, person: str, columns: Mapping[str, str], queries: tuple[QueryConfig, ...]
-) -> None:
-    """No column the job reads or declares may have the form of userdp's own columns
-    (``transforms.columns.is_reserved_column``: a key named ``__person__`` would replace the
-    person id)."""
-    if is_reserved_column(person):
-        v.fail("input.person", person, *_RESERVED_COLUMN)
-    for name in columns:
-        if is_reserved_column(name):
-            v.fail(f"input.columns.{name}", name, *_RESERVED_COLUMN)
-    for i, q in enumerate(queries):
-        for column in kind_of(q).required_columns(q):
-            if is_reserved_column(column):
-                v.fail(f"queries[{i}].{_field_naming(q, column)}", column, *_RESERVED_COLUMN)
-
-
-def _refuse_mixed_roles(v: Validator, queries: tuple[QueryConfig, ...]) -> None:
-    """A column is read one way in a job: as a key (``by``, ``per_person = "distinct"``'s value,
-    a kind's key columns) or as a number. Rows are checked once, for every column in its one
-    type (README, "A row is checked once"), so a column both ways could not be typed; it was
-    found only while the pipeline was built, after the charge (exit 1)."""
-    first: dict[str, tuple[int, str]] = {}
-    for i, q in enumerate(queries):
-        for column, role in kind_of(q).required_columns(q).items():
-            j, seen = first.setdefault(column, (i, role))
-            if seen != role:
-                v.fail(
-                    f"queries[{i}].{_field_naming(q, column)}",
-                    column,
-                    f"a column read as a {seen}, as queries[{j}] ({queries[j].name!r}) reads it",
-                    f"this query reads it as a {role}; a job reads each column one way (its "
-                    "rows are checked once, in one type): give one of the queries a job of "
-                    "its own",
-                )
-
-
-def _field_naming(q: QueryConfig, column: str) -> str:
-    """The query's key that names ``column``: ``by``, ``value`` or a kind's own (``columns``,
-    ``key_columns``, …)."""
-    if column in q.by:
-        return "by"
-    if q.value == column:
-        return "value"
-    for key, given in q.options.items():
-        if given == column or (isinstance(given, (list, tuple)) and column in given):
-            return str(key)
-    return "by"
 
 
 def _parse_release(v: Validator, raw: Mapping[str, Any]) -> ReleaseConfig:
