@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -91,6 +92,8 @@ def test_the_floor_is_below_the_optimal_rules_half_keep_count_and_close_to_it(
         assert floor <= actual, (epsilon, delta, L)
         if actual >= 100:
             assert floor >= 0.99 * actual, (epsilon, delta, L)
+    # an ε' below the float range: no table could end, and the floor says so (not log(0))
+    assert geometric_half_keep_floor(Fraction(1, 10**320), Fraction(1, 10), 2**53) == math.inf
 
 
 def test_a_large_L_is_chosen_without_building_the_optimal_table(

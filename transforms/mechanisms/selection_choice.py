@@ -63,8 +63,11 @@ def geometric_half_keep_floor(epsilon: Fraction, delta: Fraction, max_partitions
     float rounding."""
     eps = min(epsilon / max_partitions, TABLE_MAX_EPSILON)  # the table's own cap, per partition
     d = delta / max_partitions
+    e = float(eps)
+    if e == 0.0:  # ε' below the float range: the table would be endless, the floor is too
+        return math.inf
     log_delta = math.log(d.numerator) - math.log(d.denominator)
-    bound = (math.log(math.expm1(float(eps))) - math.log(2) - log_delta) / float(eps)
+    bound = (math.log(math.expm1(e)) - math.log(2) - log_delta) / e
     return bound * (1 - 1e-9) - 1e-9
 
 
