@@ -40,8 +40,8 @@ from median_histogram import peak_bytes, timed
 from userdp.transforms import rank_window as rw
 from userdp.transforms.local_sensitivity import ConcatenateValues, SumClampedValues
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
-from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
-from userdp.transforms.mechanisms.quantile_window import QuantileWindow, cost_reach
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR, reads_clamped_sum
+from userdp.transforms.mechanisms.quantile_window import QuantileWindow
 from userdp.transforms.mechanisms.rng import KeyedRng
 from userdp.transforms.mechanisms.smooth_sensitivity import SmoothQuantile, make_smooth_noise
 
@@ -111,14 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{'s':>6} | {'window: bytes':>13} {'values':>7} {'peak MB':>8} {'s':>6} | same value"
     )
     for label, mech in mechanisms(args.ptr):
-        means = isinstance(mech, PTRMean) or getattr(mech, "statistic", "") == "mean"
-        reach = (
-            0
-            if means
-            else cost_reach(mech.beta)
-            if isinstance(mech, SmoothQuantile)
-            else mech.reach
-        )
+        means = reads_clamped_sum(mech)
+        reach = 0 if means else mech.reach
         for name in ("continuous", "counts", "crowded"):
             for persons in (int(float(p)) for p in args.persons.split(",")):
                 shards = np.array_split(family(name, persons), SHARDS)

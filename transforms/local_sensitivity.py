@@ -52,9 +52,8 @@ from .grid_histogram import grid_histogram_combine
 from .keys import KeySource, NoiseKey
 from .mechanisms.exponential_quantile import ExponentialQuantile, GridHistogram
 from .mechanisms.ptr import ClampedSum, PTRMean, PTRQuantile
-from .mechanisms.ptr_ladder import LadderPTR, LadderRelease
+from .mechanisms.ptr_ladder import LadderPTR, LadderRelease, reads_clamped_sum
 from .mechanisms.quantile_sensitivity import quantile_of_sorted, sorted_clamped
-from .mechanisms.quantile_window import cost_reach
 from .mechanisms.smooth_sensitivity import SmoothQuantile
 from .mechanisms.stability import StableTopPartition, top_partition_distance
 from .mechanisms.trimmed_mean import TrimmedMean
@@ -143,13 +142,6 @@ class _ReleaseFromHistogram:
             "upper_threshold": float(upper),
             "released": True,
         }
-
-
-def _reads_sum(mechanism: PerPersonMechanism) -> bool:
-    """PTR's means read only the count and the exact clamped sum (:class:`SumClampedValues`)."""
-    return isinstance(mechanism, PTRMean) or (
-        isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
-    )
 
 
 def exact_statistic(mechanism: PerPersonMechanism, values: F64) -> float:
@@ -253,7 +245,7 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
         values = shards | "ReducePerPerson" >> self._per_person  # np.ndarray per shard
         m = self._mechanism
         gathered: PCollection[Any]
-        if _reads_sum(m):
+        if reads_clamped_sum(m):
             gathered = values | "SumClamped" >> beam.CombineGlobally(
                 SumClampedValues(m.lower, m.upper)
             )
@@ -265,8 +257,9 @@ class ReleasePerPersonStatistic(beam.PTransform[Any, Any]):
             # only the order statistics the release reads: the window around the rank, found
             # by histograms (the release on them is the release on all values, bit for bit)
             assert isinstance(m, (SmoothQuantile, PTRQuantile, LadderPTR)) and m.q is not None
-            reach = cost_reach(m.beta) if isinstance(m, SmoothQuantile) else m.reach
-            gathered = values | "GatherWindow" >> GatherQuantileWindow(m.q, reach, m.lower, m.upper)
+            gathered = values | "GatherWindow" >> GatherQuantileWindow(
+                m.q, m.reach, m.lower, m.upper
+            )
         out = gathered | "Release" >> beam.Map(self._release)  # {value, released}
         return out
 

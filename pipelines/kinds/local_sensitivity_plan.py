@@ -40,11 +40,10 @@ from userdp.transforms.mechanisms.accounting import (
 )
 from userdp.transforms.mechanisms.exponential_quantile import ExponentialQuantile
 from userdp.transforms.mechanisms.ptr import PTRMean, PTRQuantile
-from userdp.transforms.mechanisms.ptr_ladder import LadderPTR
+from userdp.transforms.mechanisms.ptr_ladder import LadderPTR, reads_clamped_sum
 from userdp.transforms.mechanisms.quantile_window import (
     SEARCH_BUCKETS,
     SEARCH_LEVELS,
-    cost_reach,
     window_bound_for_reach,
 )
 from userdp.transforms.mechanisms.smooth_sensitivity import (
@@ -330,11 +329,9 @@ class PerPersonPlan:
                     "whatever the person count)"
                 )
             return "the distinct grid points on one worker (16 bytes each, up to one per person)"
-        if isinstance(m, SmoothQuantile):
-            return _window_text(m.q, cost_reach(m.beta))
-        if isinstance(m, PTRMean) or (isinstance(m, LadderPTR) and m.statistic == "mean"):
+        if reads_clamped_sum(m):
             return "the person count and the exact clamped sum (no per-person values)"
-        assert m.q is not None
+        assert not isinstance(m, PTRMean) and m.q is not None  # a quantile: it reads a window
         return _window_text(m.q, m.reach)
 
     def plan_lines(self) -> list[str]:

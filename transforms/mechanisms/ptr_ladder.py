@@ -29,6 +29,7 @@ from .ptr import (
     CAP_SLACK,
     INFINITE_DISTANCE,
     ClampedSum,
+    PTRMean,
     capped,
     check_delta,
     check_epsilon,
@@ -269,3 +270,11 @@ class LadderPTR:
             "neighbouring": "add/remove one person",
             "guarantee": self.guarantee.to_manifest(),
         }
+
+
+def reads_clamped_sum(mechanism: object) -> bool:
+    """Does the mechanism read only the count and the exact clamped sum (PTR's means, with a
+    bound or the ladder)? Then a pipeline combines :class:`~.ptr.ClampedSum`, not values."""
+    return isinstance(mechanism, PTRMean) or (
+        isinstance(mechanism, LadderPTR) and mechanism.statistic == "mean"
+    )

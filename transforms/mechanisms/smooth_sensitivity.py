@@ -53,6 +53,7 @@ from .quantile_sensitivity import (
     quantile_of_sorted,
     sorted_clamped,
 )
+from .quantile_window import cost_reach
 from .rng import KeyedRng
 
 NoiseKind = Literal["cauchy", "laplace", "lln"]
@@ -357,6 +358,12 @@ class SmoothQuantile:
     @property
     def beta(self) -> float:
         return self.noise.beta
+
+    @property
+    def reach(self) -> int:
+        """The largest gap cost the release reads (:func:`.quantile_window.cost_reach`): the
+        window ``QuantileWindow.for_reach(n, q, reach)`` holds all it needs."""
+        return cost_reach(self.noise.beta)
 
     def log_sensitivity(self, values: ArrayLike) -> float:
         """ln Ŝ(x) before the floor (not private: for tests and diagnostics only)."""
